@@ -1,0 +1,115 @@
+"""The job interface every backend implements, and the errors it raises.
+
+Modelled on multiprocessing's Popen classes: the API layer (``fiber.Process``,
+``fiber.Pool``, ...) talks only to this interface; each backend is one small adapter
+behind it. A backend instance is created once per process per backend name, with the
+effective settings (a plain mapping of option name to typed value, see
+:func:`fiber.hookspecs.fiber_config_options`), and must be safe to call from several
+threads at once.
+"""
+
+from __future__ import annotations
+
+import abc
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fiber.job import Job, JobSpec, JobStatus
+
+
+class BackendError(RuntimeError):
+    """Base class of every error a backend raises on purpose."""
+
+
+class JobCreationError(BackendError):
+    """The cluster refused or failed to create a job. The message says why and what
+    to do (for example the scheduler's own error text)."""
+
+
+class ClusterUnreachableError(BackendError):
+    """The cluster manager cannot be reached (no engine, no API server, no host)."""
+
+
+class Backend(abc.ABC):
+    """Create, watch and end jobs on one kind of cluster.
+
+    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
+    Optional, with working defaults: :meth:`poll` (batch status; override it when the
+    cluster can answer for many jobs in one call), :meth:`wait`, :meth:`logs`,
+    :meth:`listen_address`, :meth:`release`, :meth:`list_jobs`, :meth:`close`.
+    """
+
+    #: the name users select the backend by (``FIBER_BACKEND=name``)
+    name: str = ""
+    #: seconds between two status polls of the core's job monitor for this backend
+    poll_interval: float = 1.0
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        self.options = options
+
+    # -- required -----------------------------------------------------------------
+    @abc.abstractmethod
+    def create_job(self, spec: JobSpec) -> Job:
+        """Start ``spec`` on the cluster and return at once (do not wait for it to
+        run). Raise :class:`JobCreationError` or :class:`ClusterUnreachableError`
+        with a message that says what to do."""
+
+    @abc.abstractmethod
+    def status(self, job: Job) -> JobStatus:
+        """The job's current status."""
+
+    @abc.abstractmethod
+    def terminate(self, job: Job, force: bool = False) -> None:
+        """End the job: SIGTERM-like by default, SIGKILL-like with ``force``. Must not
+        raise when the job has already ended."""
+
+    # -- optional -----------------------------------------------------------------
+    def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:
+        """Statuses of many jobs, keyed by ``job.id``. The core calls this every
+        :attr:`poll_interval` seconds for all live jobs of a run, so a backend whose
+        cluster answers for many jobs at once (one ``squeue``, one watch) should
+        override it."""
+        return {job.id: self.status(job) for job in jobs}
+
+    def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
+        """Block until the job has ended and return its final status, or ``None`` on
+        timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 0.01
+        while True:
+            status = self.status(job)
+            if status.is_final:
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                return None
+            pause = min(delay, self.poll_interval)
+            if deadline is not None:
+                pause = max(0.0, min(pause, deadline - time.monotonic()))
+            time.sleep(pause)
+            delay *= 2
+
+    def logs(self, job: Job) -> str:
+        """What the job wrote to its stdout and stderr, as far as the cluster kept it."""
+        return ""
+
+    def listen_address(self) -> str:
+        """The address of this machine that jobs of this backend can connect to. The
+        core binds its listening sockets there unless the user sets
+        ``listen_address``."""
+        return "127.0.0.1"
+
+    def release(self, job: Job) -> None:
+        """Free what the cluster keeps of an ended job (remove a container, a pod, a
+        log file). Called once by the core after it has read the final status and
+        the logs it needs; must not raise when nothing is left."""
+
+    def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
+        """The jobs on the cluster whose labels include ``labels`` (for the CLI's
+        ``fiber jobs`` and ``fiber clean``). Backends that cannot find jobs by label
+        return only the jobs this instance created."""
+        return []
+
+    def close(self) -> None:
+        """Release connections and threads. The backend is not used afterwards."""
+

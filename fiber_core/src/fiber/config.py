@@ -1,0 +1,202 @@
+"""Settings: the core's options and how every option's effective value is found.
+
+Precedence: ``fiber.init(key=value)`` in code, then the environment variable
+``FIBER_<KEY>``, then a ``.fiberconfig`` file (INI, section ``[default]``; the one in
+the working directory beats the one in the home directory, and ``FIBER_CONFIG_FILE``
+names another), then the option's default. Unknown keys and bad values raise
+:class:`fiber.options.ConfigError` naming the key, the value and where it came from.
+"""
+
+from __future__ import annotations
+
+import configparser
+import logging
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from fiber.hookspecs import hookimpl
+from fiber.options import (
+    ConfigError,
+    ConfigOption,
+    parse_bool,
+    parse_memory,
+    parse_nonnegative_int,
+    parse_positive_float,
+    parse_positive_int,
+)
+
+logger = logging.getLogger("fiber")
+
+ENV_PREFIX = "FIBER_"
+# Variables the core uses to talk to its own children; not settings.
+INTERNAL_ENV_PREFIX = "_FIBER_"
+NOT_SETTINGS = {"FIBER_CONFIG_FILE"}
+
+CORE_OPTIONS = [
+    ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
+    ConfigOption("image", str, None, "container image of jobs (container backends)"),
+    ConfigOption("cpu", parse_positive_float, None, "cores requested per job"),
+    ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts 4G)"),
+    ConfigOption("gpu", parse_nonnegative_int, None, "GPUs requested per job"),
+    ConfigOption(
+        "log_level", str.upper, "WARNING", "level of the 'fiber' logger",
+        ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
+    ),
+    ConfigOption("listen_address", str, None,
+                 "address this process listens on for its jobs (default: the backend's)"),
+    ConfigOption("output_prefix", parse_bool, False,
+                 "prefix each line a child prints with its process name"),
+    ConfigOption("heartbeat_interval", parse_positive_float, 1.0,
+                 "seconds between heartbeats from a parent to its children"),
+    ConfigOption("heartbeat_timeout", parse_positive_float, 10.0,
+                 "a peer silent this many seconds is taken for dead"),
+    ConfigOption("max_task_attempts", parse_positive_int, 3,
+                 "times a Pool task may lose its worker before it fails"),
+    ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),
+]
+
+
+@hookimpl
+def fiber_config_options() -> list[ConfigOption]:
+    return CORE_OPTIONS
+
+
+@dataclass
+class Config:
+    """The effective settings of this process."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)
+    options: dict[str, ConfigOption] = field(default_factory=dict)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.values)
+
+    def child_env(self) -> dict[str, str]:
+        """``FIBER_*`` variables that give a child process the same settings."""
+        env = {}
+        for name, value in self.values.items():
+            if self.sources.get(name, "default") == "default" or value is None:
+                continue
+            if isinstance(value, (list, tuple)):
+                text = ",".join(map(str, value))
+            elif isinstance(value, bool):
+                text = "true" if value else "false"
+            else:
+                text = str(value)
+            env[self.options[name].env_var] = text
+        return env
+
+
+_lock = threading.RLock()
+_code_settings: dict[str, Any] = {}
+_current: Config | None = None
+
+
+def config_files() -> list[Path]:
+    """The ``.fiberconfig`` files read, lowest precedence first."""
+    explicit = os.environ.get("FIBER_CONFIG_FILE")
+    if explicit:
+        return [Path(explicit)]
+    candidates = [Path.home() / ".fiberconfig", Path.cwd() / ".fiberconfig"]
+    return [path for path in candidates if path.is_file()]
+
+
+def _read_file(path: Path) -> dict[str, str]:
+    parser = configparser.ConfigParser()
+    try:
+        parser.read(path)
+    except configparser.Error as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
+    if not parser.has_section("default") and parser.sections():
+        raise ConfigError(f"{path}: put settings under a [default] section")
+    return dict(parser["default"]) if parser.has_section("default") else {}
+
+
+def _unknown(key: str, source: str, options: Mapping[str, ConfigOption]) -> ConfigError:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(options), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return ConfigError(
+        f"unknown setting {key!r} (from {source}){hint} "
+        "(a plugin's settings are known only when the plugin is installed; "
+        "`fiber config` lists every setting)"
+    )
+
+
+def load(code_settings: Mapping[str, Any] | None = None) -> Config:
+    """Compute the effective settings from defaults, files, environment and code."""
+    from fiber import plugins
+
+    options = {opt.name: opt for opt in plugins.config_options()}
+    cfg = Config(options=options)
+    for name, opt in options.items():
+        cfg.values[name] = opt.default
+        cfg.sources[name] = "default"
+    for path in config_files():
+        for key, raw in _read_file(path).items():
+            if key not in options:
+                raise _unknown(key, str(path), options)
+            cfg.values[key] = options[key].convert(raw, str(path))
+            cfg.sources[key] = str(path)
+    for var, raw in os.environ.items():
+        if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
+            continue
+        key = var[len(ENV_PREFIX):].lower()
+        if key not in options:
+            raise _unknown(key, f"environment variable {var}", options)
+        cfg.values[key] = options[key].convert(raw, f"environment variable {var}")
+        cfg.sources[key] = "environment"
+    for key, raw in (code_settings or {}).items():
+        if key not in options:
+            raise _unknown(key, "fiber.init()", options)
+        cfg.values[key] = options[key].convert(raw, "fiber.init()")
+        cfg.sources[key] = "code"
+    logging.getLogger("fiber").setLevel(cfg.values.get("log_level") or "WARNING")
+    return cfg
+
+
+def get_config() -> Config:
+    """The effective settings of this process (computed once, then cached)."""
+    global _current
+    with _lock:
+        if _current is None:
+            _current = load(_code_settings)
+        return _current
+
+
+def init(**settings: Any) -> Config:
+    """Set settings in code (they beat the environment and files) and return the
+    effective configuration. ``fiber.init(backend="docker", image="myimg")``."""
+    global _current
+    from fiber import plugins
+
+    with _lock:
+        merged = dict(_code_settings)
+        merged.update(settings)
+        cfg = load(merged)  # validates before anything changes
+        _code_settings.clear()
+        _code_settings.update(merged)
+        if _current is not None and _current.values != cfg.values:
+            plugins.reset_instances()
+        _current = cfg
+        return cfg
+
+
+def reset() -> None:
+    """Forget code settings and the cached configuration (for tests)."""
+    global _current
+    with _lock:
+        _code_settings.clear()
+        _current = None

@@ -1,0 +1,70 @@
+"""The hook specification of fiber: everything a backend plugin implements.
+
+A backend plugin is a small package with an entry point in the group ``fiber`` that
+names a module (or object) implementing some of the hooks below, marked with
+:data:`hookimpl`. For example, in the plugin's ``pyproject.toml``::
+
+    [project.entry-points.fiber]
+    mycluster = "fiber_mycluster.plugin"
+
+and in ``fiber_mycluster/plugin.py``::
+
+    from fiber.hookspecs import hookimpl
+    from fiber.options import ConfigOption
+    from .backend import MyClusterBackend
+
+    @hookimpl
+    def fiber_backends():
+        return {"mycluster": MyClusterBackend}
+
+    @hookimpl
+    def fiber_config_options():
+        return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
+
+The backend class implements :class:`fiber.backend.Backend` (create_job, status,
+terminate; optionally poll, wait, logs, listen_address, release, list_jobs, close) on
+the types of :mod:`fiber.job` (JobSpec, Job, JobStatus, JobState). Those three modules
+and this one are the whole public contract: a plugin never imports anything else from
+fiber. :mod:`fiber.testing.contract` is a test suite every backend runs against itself.
+
+The built-in ``local`` backend (:mod:`fiber.local_backend`) registers through these
+same hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import pluggy
+
+from fiber.backend import Backend
+from fiber.options import ConfigOption
+
+PROJECT_NAME = "fiber"
+
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+#: decorator for a plugin's hook implementations
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+BackendFactory = Callable[[Mapping[str, Any]], Backend]
+
+
+@hookspec
+def fiber_backends() -> Mapping[str, BackendFactory]:
+    """Return the backends this plugin provides, as ``{name: factory}``.
+
+    ``factory(options)`` is called at most once per process, the first time the
+    backend is used, with the effective settings (a mapping of every declared option
+    name to its typed value); usually the factory is the :class:`Backend` subclass.
+    Backend names are unique across plugins: a second plugin claiming a name is an
+    error that names both plugins.
+    """
+
+
+@hookspec
+def fiber_config_options() -> Sequence[ConfigOption]:
+    """Return the settings this plugin reads, so that they can be set by code,
+    environment (``FIBER_<NAME>``) or ``.fiberconfig``, are parsed and validated,
+    and are shown by ``fiber config``. Prefix the names with the backend's name
+    (``docker_network``, ``slurm_partition``)."""

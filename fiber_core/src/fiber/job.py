@@ -1,0 +1,92 @@
+"""The job types shared by the core and every backend.
+
+A backend turns a :class:`JobSpec` into a running :class:`Job` on some cluster and
+reports its :class:`JobStatus`. These three types, :class:`Backend` in
+:mod:`fiber.backend` and the hooks in :mod:`fiber.hookspecs` are the whole contract a
+backend author needs; none of them depends on the rest of fiber.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life. The first two are live, the others final."""
+
+    PENDING = "pending"  # accepted by the cluster, not running yet (queued, pulling, scheduling)
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"  # exited with status 0
+    FAILED = "failed"  # exited non-zero, was killed by a signal, OOM-killed, timed out, ...
+    CANCELLED = "cancelled"  # ended by terminate() or by someone cancelling it on the cluster
+    LOST = "lost"  # the cluster no longer knows it (node failure, host unreachable, deleted)
+
+    @property
+    def is_final(self) -> bool:
+        return self not in (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    """A snapshot of a job's state.
+
+    ``exitcode`` follows :attr:`multiprocessing.Process.exitcode`: the exit status, or
+    the negative signal number when the job's process was killed by a signal (a backend
+    that only sees ``128 + N`` from a shell or container runtime reports ``-N``).
+    ``reason`` is a short, cluster-specific word for why a job failed or waits, for
+    instance ``"OOMKilled"``, ``"TIMEOUT"``, ``"NODE_FAIL"``, ``"Unschedulable"``.
+    """
+
+    state: JobState
+    exitcode: int | None = None
+    reason: str | None = None
+
+    @property
+    def is_final(self) -> bool:
+        return self.state.is_final
+
+
+@dataclass
+class JobSpec:
+    """What to run as a job, independent of any cluster.
+
+    ``command`` is an argv list to execute as is (no shell). ``env`` holds the variables
+    the job needs on top of what the backend provides (the core puts the connection
+    details and the run's secret there, so backends must pass them through and should
+    not log them). ``cpu`` is a number of cores (may be fractional), ``memory`` is in
+    MiB, ``gpu`` a number of devices; ``None`` means "no request". ``labels`` must be
+    attached to the job wherever the cluster supports it so that a run's leftovers can
+    be found (``fiber.run`` and ``fiber.parent`` are always present). ``image`` is the
+    container image for container backends (ignored by others).
+    """
+
+    command: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    image: str | None = None
+    cpu: float | None = None
+    memory: int | None = None
+    gpu: int | None = None
+    name: str = "fiber-job"
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Job:
+    """A job a backend created. ``id`` is the cluster's name for it (a pid, a
+    container id, a Slurm job id, a pod name). ``host`` is where it runs, if known.
+    ``handle`` is for the backend's private use (a Popen, an SSH channel, ...); the
+    core never looks inside it and never sends it to another process."""
+
+    id: str
+    backend: str
+    spec: JobSpec
+    host: str | None = None
+    handle: Any = field(default=None, repr=False)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["handle"] = None
+        return state

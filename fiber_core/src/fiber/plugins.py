@@ -1,0 +1,157 @@
+"""Finding backends: the pluggy plugin manager, entry-point discovery and the
+per-process cache of backend instances."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import logging
+import threading
+from dataclasses import dataclass
+
+import pluggy
+
+from fiber import hookspecs
+from fiber.backend import Backend
+from fiber.options import ConfigOption
+
+logger = logging.getLogger("fiber")
+
+ENTRY_POINT_GROUP = "fiber"
+
+# For the error message only: which pip package provides a backend that is not
+# installed (the fsspec way of saying "install X to use Y").
+KNOWN_BACKEND_PACKAGES = {
+    "docker": "fiber-docker",
+    "ssh": "fiber-ssh",
+    "slurm": "fiber-slurm",
+    "kubernetes": "fiber-k8s",
+    "k8s": "fiber-k8s",
+}
+
+
+class BackendNotFoundError(LookupError):
+    """The selected backend is not provided by any installed plugin."""
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    name: str
+    factory: hookspecs.BackendFactory
+    package: str
+    version: str
+
+
+_lock = threading.RLock()
+_manager: pluggy.PluginManager | None = None
+_backends: dict[str, BackendInfo] | None = None
+_instances: dict[str, Backend] = {}
+
+
+def plugin_manager() -> pluggy.PluginManager:
+    """The process-wide plugin manager, with every ``fiber`` entry point loaded."""
+    global _manager
+    with _lock:
+        if _manager is None:
+            pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+            pm.add_hookspecs(hookspecs)
+            from fiber import config
+
+            pm.register(config, name="fiber.config")
+            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
+            _manager = pm
+        return _manager
+
+
+def _package_of(plugin: object) -> tuple[str, str]:
+    pm = plugin_manager()
+    for plug, dist in pm.list_plugin_distinfo():
+        if plug is plugin:
+            return dist.project_name, dist.version
+    return getattr(plugin, "__name__", repr(plugin)), "?"
+
+
+def backends() -> dict[str, BackendInfo]:
+    """Every installed backend by name."""
+    global _backends
+    with _lock:
+        if _backends is None:
+            found: dict[str, BackendInfo] = {}
+            pm = plugin_manager()
+            for impl in pm.hook.fiber_backends.get_hookimpls():
+                package, version = _package_of(impl.plugin)
+                provided = impl.function() or {}
+                for name, factory in provided.items():
+                    if name in found:
+                        raise BackendNotFoundError(
+                            f"backend {name!r} is provided twice, by {found[name].package} and "
+                            f"by {package}: uninstall one of them"
+                        )
+                    found[name] = BackendInfo(name, factory, package, version)
+            _backends = found
+        return _backends
+
+
+def config_options() -> list[ConfigOption]:
+    """The settings declared by every installed plugin (the core's included)."""
+    options: list[ConfigOption] = []
+    for group in plugin_manager().hook.fiber_config_options():
+        options.extend(group or ())
+    return options
+
+
+def get_backend(name: str, options: dict | None = None) -> Backend:
+    """The backend instance named ``name`` for this process (created on first use)."""
+    with _lock:
+        instance = _instances.get(name)
+        if instance is not None:
+            return instance
+        info = backends().get(name)
+        if info is None:
+            installed = ", ".join(sorted(backends())) or "none"
+            package = KNOWN_BACKEND_PACKAGES.get(name)
+            hint = (
+                f"install it with `pip install {package}`"
+                if package
+                else "install the plugin package that provides it"
+            )
+            raise BackendNotFoundError(
+                f"no installed plugin provides the fiber backend {name!r} "
+                f"(installed backends: {installed}); {hint}"
+            )
+        if options is None:
+            from fiber import config
+
+            options = config.get_config().as_dict()
+        instance = info.factory(options)
+        if not getattr(instance, "name", ""):
+            instance.name = name
+        _instances[name] = instance
+        logger.debug("backend %s created from %s %s", name, info.package, info.version)
+        return instance
+
+
+def reset_instances() -> None:
+    """Close and forget the backend instances (settings changed)."""
+    with _lock:
+        for instance in _instances.values():
+            try:
+                instance.close()
+            except Exception:  # noqa: BLE001 - closing is best effort
+                logger.debug("closing backend %s failed", instance.name, exc_info=True)
+        _instances.clear()
+
+
+def reset() -> None:
+    """Forget discovered plugins and backend instances (for tests)."""
+    global _manager, _backends
+    with _lock:
+        reset_instances()
+        _manager = None
+        _backends = None
+
+
+def distribution_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "?"

@@ -1,0 +1,216 @@
+"""The backend contract suite: tests every fiber backend must pass against its real
+cluster.
+
+Use it from a plugin's tests by subclassing :class:`BackendContract` and providing a
+``backend`` fixture (a ready :class:`fiber.backend.Backend` instance)::
+
+    import pytest
+    from fiber.testing.contract import BackendContract
+
+    class TestMyClusterContract(BackendContract):
+        @pytest.fixture
+        def backend(self):
+            b = MyClusterBackend(options)
+            yield b
+            b.close()
+
+Optional fixtures to override: ``python`` (the Python executable inside jobs,
+default ``sys.executable``), ``job_timeout`` (seconds a short job may take from
+submission to end, default 60), ``base_spec`` (extra JobSpec fields such as an image)
+and ``cluster_job_ids`` (a callable returning the ids of every job the cluster still
+holds with the test's labels; by default ``backend.list_jobs``).
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import replace
+
+import pytest
+
+from fiber.backend import Backend, JobCreationError
+from fiber.job import Job, JobSpec, JobState, JobStatus
+
+
+class BackendContract:
+    """Subclass me; see the module docstring."""
+
+    # -- fixtures a plugin may override ------------------------------------------
+    @pytest.fixture
+    def python(self) -> str:
+        return sys.executable
+
+    @pytest.fixture
+    def job_timeout(self) -> float:
+        return 60.0
+
+    @pytest.fixture
+    def base_spec(self) -> JobSpec:
+        return JobSpec(command=[])
+
+    @pytest.fixture
+    def run_labels(self) -> dict[str, str]:
+        return {"fiber.run": "contract-" + uuid.uuid4().hex[:8], "fiber.parent": "contract"}
+
+    @pytest.fixture
+    def cluster_job_ids(self, backend: Backend, run_labels) -> Callable[[], set[str]]:
+        return lambda: {job.id for job in backend.list_jobs(run_labels)}
+
+    @pytest.fixture
+    def submit(self, backend: Backend, python: str, base_spec: JobSpec, run_labels) -> Iterator:
+        created: list[Job] = []
+
+        def submit(code: str, **fields) -> Job:
+            spec = replace(
+                base_spec,
+                command=[python, "-c", code],
+                name=fields.pop("name", "contract-job"),
+                labels={**base_spec.labels, **run_labels},
+                env={**base_spec.env, **fields.pop("env", {})},
+                **fields,
+            )
+            job = backend.create_job(spec)
+            created.append(job)
+            return job
+
+        yield submit
+        for job in created:
+            try:
+                backend.terminate(job, force=True)
+                backend.wait(job, 30)
+            finally:
+                backend.release(job)
+
+    # -- the contract ------------------------------------------------------------
+    def _wait(self, backend: Backend, job: Job, timeout: float) -> JobStatus:
+        status = backend.wait(job, timeout)
+        assert status is not None, f"job {job.id} did not end within {timeout}s"
+        assert status.is_final
+        return status
+
+    def test_success_has_exit_code_zero(self, backend, submit, job_timeout):
+        job = submit("print('hello')")
+        assert isinstance(job.id, str) and job.id
+        status = self._wait(backend, job, job_timeout)
+        assert status.state is JobState.SUCCEEDED
+        assert status.exitcode == 0
+        assert backend.status(job).state is JobState.SUCCEEDED
+
+    def test_failure_reports_exit_code(self, backend, submit, job_timeout):
+        job = submit("import sys; sys.exit(3)")
+        status = self._wait(backend, job, job_timeout)
+        assert status.state is JobState.FAILED
+        assert status.exitcode == 3
+
+    def test_killed_by_signal_is_negative(self, backend, submit, job_timeout):
+        job = submit("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+        status = self._wait(backend, job, job_timeout)
+        assert status.state is JobState.FAILED
+        assert status.exitcode == -9
+
+    def test_env_and_logs(self, backend, submit, job_timeout):
+        job = submit(
+            "import os, sys; print('out', os.environ['CONTRACT_VALUE'], flush=True); "
+            "print('err-line', file=sys.stderr, flush=True)",
+            env={"CONTRACT_VALUE": "x42y"},
+        )
+        self._wait(backend, job, job_timeout)
+        deadline = time.monotonic() + 10
+        logs = backend.logs(job)
+        while ("x42y" not in logs or "err-line" not in logs) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            logs = backend.logs(job)
+        assert "out x42y" in logs
+        assert "err-line" in logs
+
+    def test_cwd_is_honoured(self, backend, submit, job_timeout, tmp_path):
+        job = submit("import os; print('cwd=' + os.getcwd(), flush=True)", cwd="/")
+        self._wait(backend, job, job_timeout)
+        assert "cwd=/\n" in backend.logs(job).replace("\r", "")
+
+    def test_terminate_running_job(self, backend, submit, job_timeout):
+        job = submit("import time; print('started', flush=True); time.sleep(600)")
+        deadline = time.monotonic() + job_timeout
+        while backend.status(job).state is not JobState.RUNNING:
+            assert not backend.status(job).is_final, backend.status(job)
+            assert time.monotonic() < deadline, "job never ran"
+            time.sleep(0.1)
+        assert backend.wait(job, 0.2) is None  # still running: wait times out
+        started = time.monotonic()
+        backend.terminate(job)
+        status = self._wait(backend, job, 30)
+        assert status.state in (JobState.CANCELLED, JobState.FAILED)
+        assert time.monotonic() - started < 30
+        backend.terminate(job)  # ending an ended job is not an error
+        backend.terminate(job, force=True)
+
+    def test_poll_many_jobs(self, backend, submit, job_timeout):
+        jobs = [submit(f"import sys; sys.exit({i})") for i in range(3)]
+        for job in jobs:
+            self._wait(backend, job, job_timeout)
+        statuses = backend.poll(jobs)
+        assert set(statuses) == {job.id for job in jobs}
+        assert [statuses[job.id].exitcode for job in jobs] == [0, 1, 2]
+
+    def test_list_and_release_leave_nothing(self, backend, submit, job_timeout, cluster_job_ids):
+        job = submit("print('x')")
+        assert job.id in cluster_job_ids()
+        self._wait(backend, job, job_timeout)
+        backend.release(job)
+        deadline = time.monotonic() + 30
+        while job.id in cluster_job_ids() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert job.id not in cluster_job_ids()
+        backend.release(job)  # releasing twice is not an error
+
+    def test_job_reaches_listen_address(self, backend, submit, job_timeout):
+        address = backend.listen_address()
+        assert isinstance(address, str) and address
+        server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+        server.bind((address, 0))
+        server.listen(1)
+        server.settimeout(job_timeout)
+        port = server.getsockname()[1]
+        token = uuid.uuid4().hex
+        received: list[bytes] = []
+
+        def accept() -> None:
+            try:
+                conn, _ = server.accept()
+                conn.settimeout(10)
+                received.append(conn.recv(100))
+                conn.close()
+            except OSError:
+                pass
+
+        thread = threading.Thread(target=accept, daemon=True)
+        thread.start()
+        host = f"[{address}]" if ":" in address else address
+        job = submit(
+            "import socket; s = socket.create_connection(("
+            f"{host.strip('[]')!r}, {port}), 10); s.sendall({token!r}.encode()); s.close()"
+        )
+        self._wait(backend, job, job_timeout)
+        thread.join(10)
+        server.close()
+        assert received == [token.encode()]
+
+    def test_bad_command_is_an_error(self, backend, base_spec, run_labels, job_timeout):
+        spec = replace(base_spec, command=["/nonexistent/fiber-contract-binary"],
+                       labels={**base_spec.labels, **run_labels}, name="contract-bad")
+        try:
+            job = backend.create_job(spec)
+        except JobCreationError as exc:
+            assert str(exc)
+            return
+        try:
+            status = self._wait(backend, job, job_timeout)
+            assert status.state is JobState.FAILED
+            assert status.exitcode not in (0, None)
+        finally:
+            backend.release(job)
