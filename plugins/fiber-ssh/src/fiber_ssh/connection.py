@@ -1,0 +1,262 @@
+"""One pooled SSH connection per host: connecting (host key policy, key auth),
+liveness (keepalives plus ``TCP_USER_TIMEOUT``), running short commands, and turning
+paramiko's exceptions into fiber errors that say what to do.
+
+All jobs on a host share one :class:`paramiko.Transport`; each job is one session
+channel on it. paramiko ignores the ``exit-signal`` channel request OpenSSH sends when
+the remote process was killed by a signal, so :class:`_Transport` records it on the
+channel (``chan.fiber_exit_signal``) to report ``-N`` exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import threading
+from typing import Any
+
+import paramiko
+from fiber.backend import ClusterUnreachableError
+from paramiko.common import MSG_CHANNEL_REQUEST
+from paramiko.message import Message
+
+from fiber_ssh.hosts import HostSpec
+
+logger = logging.getLogger("fiber.ssh")
+
+
+def _handle_request(chan: paramiko.Channel, m: Message) -> None:
+    position = m.packet.tell()
+    key = m.get_text()
+    if key == "exit-signal":
+        m.get_boolean()  # want_reply: always false for exit-signal
+        name = m.get_text()
+        try:
+            number = int(signal.Signals["SIG" + name])
+        except KeyError:
+            number = 0
+        chan.fiber_exit_signal = (name, number)
+        chan.exit_status = -number if number else 255
+        chan.status_event.set()
+        return
+    m.packet.seek(position)
+    paramiko.Channel._handle_request(chan, m)
+
+
+class _Transport(paramiko.Transport):
+    """A transport that also understands ``exit-signal``."""
+
+    _channel_handler_table = {
+        **paramiko.Transport._channel_handler_table,
+        MSG_CHANNEL_REQUEST: _handle_request,
+    }
+
+
+class HostConnection:
+    """The pooled connection to one host (connects lazily, reconnects never: a host
+    whose transport died is down for the rest of the backend's life)."""
+
+    def __init__(self, spec: HostSpec, options: dict[str, Any]) -> None:
+        self.spec = spec
+        self.options = options
+        self._lock = threading.Lock()
+        self._client: paramiko.SSHClient | None = None
+        self.error: Exception | None = None
+        self.cpus: int | None = None
+        self.memory: int | None = None  # MiB
+
+    # -- connecting ---------------------------------------------------------------
+    def connect(self) -> paramiko.Transport:
+        """The live transport, connecting on first use. Raises
+        :class:`ClusterUnreachableError` with a reason and a remedy."""
+        with self._lock:
+            if self._client is not None:
+                transport = self._client.get_transport()
+                if transport is not None and transport.is_active():
+                    return transport
+                raise ClusterUnreachableError(
+                    f"SSH host {self.spec.name} ({self.spec.label}) is no longer reachable "
+                    "(its connection died); its jobs are lost"
+                )
+            if self.error is not None:
+                raise ClusterUnreachableError(str(self.error))
+            try:
+                self._client = self._open()
+            except ClusterUnreachableError as exc:
+                self.error = exc
+                raise
+            return self._client.get_transport()
+
+    @property
+    def alive(self) -> bool:
+        client = self._client
+        transport = client.get_transport() if client is not None else None
+        return transport is not None and transport.is_active()
+
+    def _socket(self, timeout: float) -> socket.socket:
+        spec = self.spec
+        try:
+            infos = socket.getaddrinfo(spec.hostname, spec.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            raise ClusterUnreachableError(
+                f"unknown SSH host {spec.hostname!r} (entry {spec.name!r}): {exc.strerror}; "
+                "fix the name in FIBER_SSH_HOSTS / the hosts file, or add a Host alias to "
+                "~/.ssh/config"
+            ) from None
+        last: OSError | None = None
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            sock.settimeout(timeout)
+            if hasattr(socket, "TCP_USER_TIMEOUT"):
+                # unacknowledged data (our keepalives) for this long kills the connection,
+                # so a host that vanishes is noticed in seconds, not after TCP's ~15 min
+                dead_after = float(self.options.get("ssh_dead_after") or 15.0)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT,
+                                int(dead_after * 1000))
+            try:
+                sock.connect(address)
+                return sock
+            except OSError as exc:
+                sock.close()
+                last = exc
+        raise ClusterUnreachableError(
+            f"cannot connect to SSH host {spec.name} ({spec.hostname} port {spec.port}): "
+            f"{getattr(last, 'strerror', None) or last}; check that sshd runs there and "
+            "that the port is right (entry syntax user@host:port)"
+        )
+
+    def _open(self) -> paramiko.SSHClient:
+        spec = self.spec
+        timeout = float(self.options.get("ssh_connect_timeout") or 10.0)
+        client = paramiko.SSHClient()
+        known = self.options.get("ssh_known_hosts") or "~/.ssh/known_hosts"
+        known_path = os.path.expanduser(known)
+        if os.path.exists(known_path):
+            client.load_system_host_keys(known_path)
+        elif self.options.get("ssh_known_hosts"):
+            raise ClusterUnreachableError(
+                f"the known-hosts file {known_path!r} (setting ssh_known_hosts) does not exist"
+            )
+        if self.options.get("ssh_accept_unknown_hosts"):
+            logger.warning("accepting unknown SSH host keys (ssh_accept_unknown_hosts is set; "
+                           "insecure: a man in the middle would not be noticed)")
+            client.set_missing_host_key_policy(paramiko.AutoAddPolicy())
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        key_file = spec.key_file and os.path.expanduser(spec.key_file)
+        if key_file and not os.path.exists(key_file):
+            raise ClusterUnreachableError(
+                f"the SSH key file {key_file!r} (setting ssh_key_file) does not exist"
+            )
+        sock = self._socket(timeout)
+        try:
+            client.connect(
+                spec.hostname, port=spec.port, username=spec.user, key_filename=key_file,
+                look_for_keys=not key_file, allow_agent=not key_file, timeout=timeout,
+                banner_timeout=timeout, auth_timeout=timeout, sock=sock,
+                transport_factory=_Transport,
+            )
+        except paramiko.BadHostKeyException as exc:
+            sock.close()
+            raise ClusterUnreachableError(
+                f"the host key of SSH host {spec.name} ({spec.hostname}:{spec.port}) does NOT "
+                f"match the one in {known_path} (expected {exc.expected_key.get_name()} "
+                f"{exc.expected_key.get_fingerprint().hex()}, got "
+                f"{exc.key.get_fingerprint().hex()}): this may be a man-in-the-middle attack. "
+                "If the host was reinstalled, verify its new key and replace the old one "
+                f"(ssh-keygen -R '[{spec.hostname}]:{spec.port}' -f {known_path})"
+            ) from None
+        except paramiko.SSHException as exc:
+            sock.close()
+            text = str(exc)
+            if "not found in known_hosts" in text:
+                raise ClusterUnreachableError(
+                    f"the host key of SSH host {spec.name} ({spec.hostname}:{spec.port}) is not "
+                    f"in the known-hosts file {known_path}, so the host is not trusted. Verify "
+                    "its key and add it (ssh-keyscan -p PORT HOST >> FILE, or ssh to it once), "
+                    "point FIBER_SSH_KNOWN_HOSTS at a file that has it, or set "
+                    "FIBER_SSH_ACCEPT_UNKNOWN_HOSTS=true (insecure)"
+                ) from None
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise ClusterUnreachableError(
+                    f"SSH host {spec.name} ({spec.hostname}:{spec.port}) refused to log in user "
+                    f"{spec.user!r} with {'key ' + key_file if key_file else 'the default keys'}"
+                    f" ({text}); add the public key to ~{spec.user}/.ssh/authorized_keys on "
+                    "the host, or set FIBER_SSH_KEY_FILE / FIBER_SSH_USER"
+                ) from None
+            raise ClusterUnreachableError(
+                f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {text}"
+            ) from None
+        except OSError as exc:
+            sock.close()
+            raise ClusterUnreachableError(
+                f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {exc}"
+            ) from None
+        transport = client.get_transport()
+        transport.set_keepalive(max(1, int(float(self.options.get("ssh_keepalive") or 5.0))))
+        logger.debug("connected to %s", spec.label)
+        return client
+
+    # -- using it -----------------------------------------------------------------
+    def open_channel(self) -> paramiko.Channel:
+        transport = self.connect()
+        try:
+            return transport.open_session(timeout=float(
+                self.options.get("ssh_connect_timeout") or 10.0))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ClusterUnreachableError(
+                f"SSH host {self.spec.name} did not open a session: {exc}; if many jobs run "
+                "there, raise MaxSessions in its sshd_config"
+            ) from None
+
+    def run(self, command: str, timeout: float = 30.0) -> tuple[int, str]:
+        """Run a short command; return its exit status and output (stdout+stderr)."""
+        chan = self.open_channel()
+        try:
+            chan.settimeout(timeout)
+            chan.set_combine_stderr(True)
+            chan.exec_command(command)
+            chan.shutdown_write()
+            chunks = []
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                chunks.append(data)
+            return chan.recv_exit_status(), b"".join(chunks).decode("utf-8", "replace")
+        except (TimeoutError, paramiko.SSHException, OSError) as exc:
+            raise ClusterUnreachableError(
+                f"command on SSH host {self.spec.name} failed: {exc}"
+            ) from None
+        finally:
+            chan.close()
+
+    def probe(self) -> None:
+        """Read the host's CPU count and total memory once."""
+        if self.cpus is not None:
+            return
+        status, out = self.run("nproc 2>/dev/null || getconf _NPROCESSORS_ONLN; "
+                               "grep MemTotal /proc/meminfo 2>/dev/null || true")
+        lines = out.split()
+        cpus, memory = 1, None
+        try:
+            cpus = int(lines[0])
+        except (IndexError, ValueError):
+            logger.warning("cannot read the CPU count of %s (%r); assuming 1", self.spec.name, out)
+        if "MemTotal:" in lines:
+            try:
+                memory = int(lines[lines.index("MemTotal:") + 1]) // 1024
+            except (IndexError, ValueError):
+                memory = None
+        self.cpus, self.memory = cpus, memory
+
+    def close(self) -> None:
+        with self._lock:
+            client, self._client = self._client, None
+            if self.error is None:
+                self.error = ClusterUnreachableError(
+                    f"the connection to SSH host {self.spec.name} was closed")
+        if client is not None:
+            client.close()

@@ -1,0 +1,244 @@
+"""Bring up (``up``) and tear down (``down``) the ssh backend's test hosts.
+
+Each host is a network namespace with its own ``sshd`` and hostname. The namespaces
+hang off a bridge of this machine through veth pairs; the bridge carries the first
+address of a small loopback-range subnet (default ``127.10.0.32/28``, so 127.10.0.33
+is this machine and 127.10.0.34, .35, ... are the hosts; ``route_localnet`` makes
+127/8 addresses routable on those links). Nothing listens outside these addresses.
+
+    python3 hosts.py up   --dir DIR [--count 2] [--net 127.10.0.32/28] [--port 2222]
+    python3 hosts.py down --dir DIR
+
+``up`` writes ``DIR/state.json`` (namespaces, bridge, pids, iptables rule, keys) and
+prints it; ``down`` reads it, kills every process left in the namespaces and the sshds
+(by pid), deletes the namespaces, the bridge and the iptables rule it added, and
+removes DIR. Both need root.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SSHD = "/usr/sbin/sshd"
+
+SSHD_CONFIG = """\
+ListenAddress {address}
+Port {port}
+HostKey {dir}/ssh_host_ed25519_key
+PidFile {dir}/sshd.pid
+AuthorizedKeysFile {auth}
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxStartups 100:30:200
+MaxSessions 100
+AcceptEnv none
+PrintMotd no
+"""
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(argv, check=check, capture_output=True, text=True)
+
+
+def _ns_inode(ns: str) -> int | None:
+    try:
+        return os.stat(f"/run/netns/{ns}").st_ino
+    except OSError:
+        return None
+
+
+def pids_in_namespaces(namespaces: list[str]) -> list[int]:
+    """Every process whose network namespace is one of ours."""
+    inodes = {i for i in (_ns_inode(ns) for ns in namespaces) if i is not None}
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if os.stat(f"/proc/{entry}/ns/net").st_ino in inodes:
+                found.append(int(entry))
+        except OSError:
+            continue
+    return found
+
+
+def _wait_port(address: str, port: int, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection((address, port), 1).close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+
+
+def up(args: argparse.Namespace) -> dict:
+    base = Path(args.dir)
+    base.mkdir(parents=True, exist_ok=True)
+    net = ipaddress.ip_network(args.net)
+    addrs = list(net.hosts())
+    if len(addrs) < args.count + 1:
+        sys.exit(f"subnet {net} has room for fewer than {args.count} hosts")
+    prefix = args.prefix
+    bridge = f"{prefix}br"
+    taken = sh("ip", "-o", "addr", "show").stdout
+    for addr in addrs[: args.count + 1]:
+        if f"inet {addr}/" in taken:
+            sys.exit(f"address {addr} is already in use on this machine; tear down the old "
+                     f"test hosts (hosts.py down) or pick another subnet (--net / "
+                     "FSSH_TEST_NET)")
+    state: dict = {"dir": str(base), "bridge": bridge, "namespaces": [], "sshd_pids": [],
+                   "iptables": None, "hosts": [], "net": str(net)}
+    state_path = base / "state.json"
+
+    def save() -> None:
+        state_path.write_text(json.dumps(state, indent=2))
+
+    save()
+    Path("/run/sshd").mkdir(parents=True, exist_ok=True)
+    client_key = base / "client_ed25519"
+    sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fiber-ssh-test-client",
+       "-f", str(client_key))
+    auth = base / "authorized_keys"
+    shutil.copy(f"{client_key}.pub", auth)
+    state["key_file"] = str(client_key)
+
+    sh("ip", "link", "add", bridge, "type", "bridge")
+    state["bridge_created"] = True
+    save()
+    local = str(addrs[0])
+    sh("ip", "addr", "add", f"{local}/{net.prefixlen}", "dev", bridge)
+    sh("ip", "link", "set", bridge, "up")
+    sh("sysctl", "-qw", f"net.ipv4.conf.{bridge}.route_localnet=1")
+    rule = ["FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT"]
+    if shutil.which("iptables") and sh("iptables", "-C", *rule, check=False).returncode != 0:
+        if sh("iptables", "-I", *rule, check=False).returncode == 0:
+            state["iptables"] = rule
+    state["local_address"] = local
+    save()
+
+    known_hosts = []
+    for i in range(1, args.count + 1):
+        name = f"h{i}"
+        ns = f"{prefix}{name}"
+        veth = f"{prefix}v{i}"
+        address = str(addrs[i])
+        hdir = base / name
+        hdir.mkdir()
+        sh("ip", "netns", "add", ns)
+        state["namespaces"].append(ns)
+        save()
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        sh("ip", "link", "set", veth, "master", bridge, "up")
+        sh("ip", "-n", ns, "addr", "add", f"{address}/{net.prefixlen}", "dev", "eth0")
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "link", "set", "eth0", "up")
+        sh("ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.conf.all.route_localnet=1",
+           "net.ipv4.conf.eth0.route_localnet=1")
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fiber-ssh-test-{name}",
+           "-f", str(hdir / "ssh_host_ed25519_key"))
+        (hdir / "sshd_config").write_text(SSHD_CONFIG.format(
+            address=address, port=args.port, dir=hdir, auth=auth))
+        log = open(hdir / "sshd.log", "wb")  # noqa: SIM115 -- handed to sshd
+        proc = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",
+             f'hostname {name} && exec {SSHD} -D -e -f "$1"', "sh", str(hdir / "sshd_config")],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+        log.close()
+        state["sshd_pids"].append(proc.pid)
+        pub = (hdir / "ssh_host_ed25519_key.pub").read_text().split()
+        known_hosts.append(f"[{address}]:{args.port} {pub[0]} {pub[1]}")
+        state["hosts"].append({"name": name, "namespace": ns, "veth": veth,
+                               "address": address, "port": args.port, "sshd_pid": proc.pid,
+                               "host_key": f"{pub[0]} {pub[1]}"})
+        save()
+    known = base / "known_hosts"
+    known.write_text("\n".join(known_hosts) + "\n")
+    state["known_hosts"] = str(known)
+    for host in state["hosts"]:
+        try:
+            _wait_port(host["address"], host["port"])
+        except OSError:
+            log_text = (base / host["name"] / "sshd.log").read_text(errors="replace")
+            save()
+            sys.exit(f"sshd of {host['name']} did not come up: {log_text[-2000:]}")
+    save()
+    return state
+
+
+def _kill(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def down(args: argparse.Namespace) -> None:
+    base = Path(args.dir)
+    try:
+        state = json.loads((base / "state.json").read_text())
+    except (OSError, ValueError):
+        shutil.rmtree(base, ignore_errors=True)
+        return
+    namespaces = state.get("namespaces", [])
+    # everything still running in our namespaces (job processes, sshd sessions), then sshd
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        _kill(pids_in_namespaces(namespaces) + state.get("sshd_pids", []), sig)
+        deadline = time.monotonic() + 5
+        while pids_in_namespaces(namespaces) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    for pid in state.get("sshd_pids", []):  # reap if they are our children
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+    for ns in namespaces:
+        sh("ip", "netns", "del", ns, check=False)
+    if state.get("bridge_created"):
+        sh("ip", "link", "del", state["bridge"], check=False)
+    if state.get("iptables"):
+        sh("iptables", "-D", *state["iptables"], check=False)
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("action", choices=("up", "down"))
+    parser.add_argument("--dir", required=True)
+    parser.add_argument("--count", type=int, default=2)
+    parser.add_argument("--net", default="127.10.0.32/28")
+    parser.add_argument("--port", type=int, default=2222)
+    parser.add_argument("--prefix", default="fssh-")
+    args = parser.parse_args()
+    if args.action == "up":
+        try:
+            state = up(args)
+        except subprocess.CalledProcessError as exc:
+            down(args)
+            sys.exit(f"{' '.join(exc.cmd)} failed: {exc.stderr.strip()}")
+        except BaseException:
+            down(args)
+            raise
+        print(json.dumps(state))
+    else:
+        down(args)
+
+
+if __name__ == "__main__":
+    main()

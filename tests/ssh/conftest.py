@@ -1,0 +1,99 @@
+"""Fixtures of the ssh backend's tests: the real test hosts (started here when the
+session was not run with ``--backend ssh``), backends built from the real settings, and
+a check that every test leaves no process behind on the hosts."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fiber import config
+from fiber_ssh.backend import SSHBackend
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load(name: str, path: Path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+hosts_script = _load("fiber_ssh_test_hosts", ROOT / "scripts" / "engines" / "ssh" / "hosts.py")
+
+
+@pytest.fixture(scope="session")
+def ssh_hosts() -> Iterator[dict[str, Any]]:
+    """The state of the test hosts (addresses, namespaces, keys, sshd pids)."""
+    engine = None
+    saved = dict(os.environ)
+    if not os.environ.get("FSSH_TEST_STATE"):
+        engine = _load("fiber_test_engine_ssh_local", ROOT / "tests" / "engines" / "ssh.py")
+        os.environ.update(engine.start())
+    try:
+        yield json.loads(Path(os.environ["FSSH_TEST_STATE"]).read_text())
+    finally:
+        if engine is not None:
+            os.environ.clear()
+            os.environ.update(saved)
+            engine.stop()
+
+
+def leftovers(state: dict[str, Any]) -> list[int]:
+    """Processes in the hosts' namespaces other than the listening sshds."""
+    listeners = set(state["sshd_pids"])
+    return [pid for pid in hosts_script.pids_in_namespaces(state["namespaces"])
+            if pid not in listeners]
+
+
+def wait_no_leftovers(state: dict[str, Any], timeout: float = 15.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    left = leftovers(state)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = leftovers(state)
+    return left
+
+
+def describe(pids: list[int]) -> list[str]:
+    out = []
+    for pid in pids:
+        try:
+            out.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes()
+                       .replace(b"\0", b" ").decode(errors="replace")[:200])
+        except OSError:
+            pass
+    return out
+
+
+@pytest.fixture(scope="session")
+def ssh_options(ssh_hosts) -> dict[str, Any]:
+    """Every fiber setting as the test session's environment gives it."""
+    values = config.load().as_dict()
+    assert values["ssh_hosts"], "FIBER_SSH_HOSTS is not set"
+    return values
+
+
+@pytest.fixture
+def make_backend(ssh_hosts, ssh_options) -> Iterator[Callable[..., SSHBackend]]:
+    """Build ssh backends with setting overrides; closes them and checks that nothing
+    of theirs is left running on the hosts."""
+    made: list[SSHBackend] = []
+
+    def make(**overrides: Any) -> SSHBackend:
+        backend = SSHBackend({**ssh_options, **overrides})
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+    left = wait_no_leftovers(ssh_hosts)
+    assert not left, f"processes left on the test hosts: {describe(left)}"
