@@ -1,0 +1,158 @@
+"""The entry point of every job: ``python -m fiber.bootstrap``.
+
+It dials the parent's hub named in ``_FIBER_PARENT``, authenticates with the run's
+secret, says hello on its control channel (``_FIBER_CHANNEL``) and receives the
+parent's preparation data (sys.path, main module, as multiprocessing's spawn sends
+them) and the pickled Process object. It then forwards its stdout and stderr to the
+parent, keeps a heartbeat with it (exiting when the parent is gone, so no job outlives
+its parent), runs the process and reports the exit code.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing.spawn
+import os
+import pickle
+import socket
+import sys
+import threading
+
+from fiber import config, serialization, transport
+from fiber.errors import ConnectionLostError
+from fiber.popen import EXIT, HELLO, OUTPUT, WATCH
+
+PARENT_GONE_EXIT = 70
+
+
+def _parent_gone(reason: str) -> None:
+    try:
+        sys.__stderr__.write(f"fiber: parent process is gone ({reason}); exiting\n")
+        sys.__stderr__.flush()
+    finally:
+        os._exit(PARENT_GONE_EXIT)
+
+
+class _Forwarder(io.TextIOBase):
+    """A text stream whose lines go to the parent's stdout or stderr, in order, sent
+    by a background thread in batches."""
+
+    def __init__(self, client: transport.Client, channel: int, stream: bytes,
+                 original) -> None:
+        self._ctx = client.context()
+        self._channel = channel
+        self._stream = stream
+        self._original = original
+        self._pending: list[str] = []
+        self._partial = ""
+        self._cond = threading.Condition()
+        self._sending = False
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"fiber-output-{stream.decode()}")
+        self._thread.start()
+
+    def writable(self) -> bool:
+        return True
+
+    @property
+    def encoding(self) -> str:
+        return "utf-8"
+
+    def fileno(self) -> int:
+        return self._original.fileno()
+
+    def isatty(self) -> bool:
+        return False
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._cond:
+            data = self._partial + text
+            cut = data.rfind("\n") + 1
+            self._partial = data[cut:]
+            if cut:
+                self._pending.append(data[:cut])
+                self._cond.notify()
+        return len(text)
+
+    def flush(self) -> None:
+        with self._cond:
+            if self._partial:
+                self._pending.append(self._partial)
+                self._partial = ""
+                self._cond.notify()
+
+    def drain(self, timeout: float = 10.0) -> None:
+        """Flush, then wait until everything written has reached the parent."""
+        self.flush()
+        with self._cond:
+            self._cond.wait_for(lambda: not self._pending and not self._sending, timeout)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending)
+                chunk = "".join(self._pending)
+                self._pending.clear()
+                self._sending = True
+            try:
+                self._ctx.request(self._channel,
+                                  OUTPUT + self._stream + chunk.encode("utf-8", "replace"))
+            except Exception:  # noqa: BLE001 - the parent is gone; keep it in the logs
+                try:
+                    self._original.write(chunk)
+                    self._original.flush()
+                except (OSError, ValueError):
+                    pass
+            with self._cond:
+                self._sending = False
+                self._cond.notify_all()
+
+
+def _heartbeat(client: transport.Client, channel: int, interval: float, timeout: float) -> None:
+    ctx = client.context()
+    while True:
+        try:
+            ctx.request(channel, WATCH, timeout=interval + timeout)
+        except ConnectionLostError as exc:
+            _parent_gone(str(exc))
+
+
+def _prepare(data: dict) -> None:
+    if not os.path.isdir(data.get("dir", "")):
+        data.pop("dir", None)
+    path = data.get("init_main_from_path")
+    if path and not os.path.exists(path):
+        data.pop("init_main_from_path")
+    data.pop("start_method", None)
+    multiprocessing.spawn.prepare(data)
+
+
+def main() -> int:
+    address = os.environ.pop("_FIBER_PARENT")
+    channel = int(os.environ.pop("_FIBER_CHANNEL"))
+    client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
+    reply = client.request(channel, HELLO + pickle.dumps((os.getpid(), socket.gethostname())))
+    prep, payload = pickle.loads(reply)
+    _prepare(prep)
+    process_obj = serialization.loads_code(payload)
+    cfg = config.get_config()
+    threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
+                     args=(client, channel, cfg.heartbeat_interval,
+                           cfg.heartbeat_timeout)).start()
+    out = _Forwarder(client, channel, b"1", sys.stdout)
+    err = _Forwarder(client, channel, b"2", sys.stderr)
+    sys.stdout, sys.stderr = out, err
+    exitcode = process_obj._bootstrap()
+    out.drain()
+    err.drain()
+    try:
+        client.request(channel, EXIT + pickle.dumps(exitcode), timeout=30)
+    except ConnectionLostError:
+        pass
+    return exitcode
+
+
+if __name__ == "__main__":
+    os._exit(main())

@@ -1,0 +1,267 @@
+"""``Pipe`` and ``Connection``: two connected ends usable from any processes.
+
+A pipe is a pair of mailboxes in the process that created it, one per direction;
+``Connection`` objects hold a side and reach the mailboxes directly or through the
+creator's hub. Semantics follow :mod:`multiprocessing.connection`: ``send``/``recv``
+of picklable objects, ``send_bytes``/``recv_bytes``/``recv_bytes_into`` of raw bytes,
+``poll(timeout)``, ``EOFError`` when the other end is closed and nothing is left,
+``BrokenPipeError`` when sending to a closed end, ``OSError`` on a closed handle.
+
+When is an end closed? When every handle of it is closed: the creator's local handle
+by ``close()`` or garbage collection, each copy sent to another process when that
+process closes it or exits (a copy that was pickled but never arrived anywhere keeps
+the end open). So the usual multiprocessing idiom (start a child with
+``child_conn``, close ``child_conn`` in the parent, read until ``EOFError``) works.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import weakref
+
+from fiber import serialization, transport
+from fiber.endpoint import Endpoint
+from fiber.errors import BufferTooShort
+from fiber.mailbox import CLOSED, EMPTY, ITEM, Mailbox, decode, encode
+
+__all__ = ["Pipe", "Connection"]
+
+_SIDE = struct.Struct("<B")
+
+
+class PipeChannel:
+    """Two mailboxes; side ``i`` reads ``boxes[i]`` and writes ``boxes[1 - i]``."""
+
+    def __init__(self, hub: transport.Hub) -> None:
+        self.boxes = (Mailbox(hub), Mailbox(hub))
+        self.local_handles = [0, 0]
+        self.in_transit = [0, 0]  # pickled copies not yet attached anywhere
+        self.remote_peers: list[dict[int, int]] = [{}, {}]  # peer -> handles it holds
+        self.lock = threading.Lock()
+
+    def close_side(self, side: int) -> None:
+        self.boxes[1 - side].close()  # the other end reads EOF once drained
+        with self.boxes[side].lock:
+            self.boxes[side].reader_closed = True  # the other end's sends fail
+
+    def _unused(self, side: int) -> bool:
+        return (self.local_handles[side] == 0 and self.in_transit[side] == 0
+                and not self.remote_peers[side])
+
+    def release_local(self, side: int) -> None:
+        with self.lock:
+            self.local_handles[side] -= 1
+            last = self._unused(side)
+        if last:
+            self.close_side(side)
+
+    def _release_remote(self, side: int, peer: int, everything: bool = False) -> None:
+        with self.lock:
+            held = self.remote_peers[side].get(peer, 0)
+            if everything or held <= 1:
+                self.remote_peers[side].pop(peer, None)
+            else:
+                self.remote_peers[side][peer] = held - 1
+            last = self._unused(side)
+        if last:
+            self.close_side(side)
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        side = payload[0]
+        op, timeout, data = decode(payload[1:])
+        if op == b"T":  # a process received a copy of this end
+            with self.lock:
+                self.in_transit[side] = max(0, self.in_transit[side] - 1)
+                peers = self.remote_peers[side]
+                peers[request.peer] = peers.get(request.peer, 0) + 1
+            request.reply(b"")
+        elif op == b"X":
+            self._release_remote(side, request.peer)
+            request.reply(b"")
+        elif op == b"P":
+            self.boxes[1 - side].handle(request, op, timeout, data)
+        else:
+            self.boxes[side].handle(request, op, timeout, data)
+
+    def peer_gone(self, peer: int) -> None:
+        for side in (0, 1):
+            self.boxes[side].peer_gone(peer)
+            if peer in self.remote_peers[side]:
+                self._release_remote(side, peer, everything=True)
+
+
+def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool):
+    conn = Connection(Endpoint(address, cid), side, readable, writable)
+    if conn._channel is not None:  # back home: a local handle again
+        with conn._channel.lock:
+            conn._channel.in_transit[side] = max(0, conn._channel.in_transit[side] - 1)
+    else:
+        conn._request(encode(b"T", 0))
+    return conn
+
+
+class Connection:
+    """One end of a :func:`Pipe`."""
+
+    def __init__(self, endpoint: Endpoint, side: int, readable: bool = True,
+                 writable: bool = True) -> None:
+        self._endpoint = endpoint
+        self._side = side
+        self._readable = readable
+        self._writable = writable
+        self._closed = False
+        channel = endpoint.local
+        self._channel: PipeChannel | None = channel
+        if channel is not None:
+            with channel.lock:
+                channel.local_handles[side] += 1
+            self._finalizer = weakref.finalize(self, channel.release_local, side)
+        else:
+            self._finalizer = None
+
+    def __reduce__(self):
+        if self._closed:
+            raise OSError("handle is closed")
+        if self._channel is not None:
+            with self._channel.lock:
+                self._channel.in_transit[self._side] += 1
+        return (_rebuild, (self._endpoint.address, self._endpoint.cid, self._side,
+                           self._readable, self._writable))
+
+    # -- state ----------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def readable(self) -> bool:
+        return self._readable
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise OSError("handle is closed")
+
+    def _check_readable(self) -> None:
+        if not self._readable:
+            raise OSError("connection is write-only")
+
+    def _check_writable(self) -> None:
+        if not self._writable:
+            raise OSError("connection is read-only")
+
+    def fileno(self) -> int:
+        raise OSError("a fiber Connection has no file descriptor; use poll()")
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._finalizer is not None:
+            self._finalizer()
+        else:
+            try:
+                self._request(encode(b"X", 0))
+            except (ConnectionError, OSError):
+                pass
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- I/O ------------------------------------------------------------------------
+    def _request(self, payload: bytes, wait: float | None = None) -> bytes:
+        return self._endpoint.request(_SIDE.pack(self._side) + payload, wait)
+
+    def send_bytes(self, buf, offset: int = 0, size: int | None = None) -> None:
+        self._check_closed()
+        self._check_writable()
+        view = memoryview(buf).cast("B")
+        if offset < 0:
+            raise ValueError("offset is negative")
+        if offset > len(view):
+            raise ValueError("buffer length < offset")
+        if size is None:
+            size = len(view) - offset
+        if size < 0:
+            raise ValueError("size is negative")
+        if offset + size > len(view):
+            raise ValueError("buffer length < offset + size")
+        self._put(bytes(view[offset:offset + size]))
+
+    def send(self, obj) -> None:
+        self._check_closed()
+        self._check_writable()
+        self._put(serialization.dumps(obj))
+
+    def _put(self, data: bytes) -> None:
+        if self._channel is not None:
+            if self._channel.boxes[self._side].reader_closed:
+                raise BrokenPipeError("the other end of the pipe is closed")
+            self._channel.boxes[1 - self._side].put(data)
+            return
+        reply = self._request(encode(b"P", None, data))
+        if reply[:1] == CLOSED:
+            raise BrokenPipeError("the other end of the pipe is closed")
+
+    def _get(self) -> bytes:
+        self._check_closed()
+        self._check_readable()
+        if self._channel is not None:
+            return self._channel.boxes[self._side].get()
+        reply = self._request(encode(b"G", None))
+        if reply[:1] == ITEM:
+            return reply[1:]
+        if reply[:1] == CLOSED:
+            raise EOFError
+        raise OSError(f"unexpected reply {reply[:1]!r}")
+
+    def recv_bytes(self, maxlength: int | None = None) -> bytes:
+        if maxlength is not None and maxlength < 0:
+            raise ValueError("negative maxlength")
+        data = self._get()
+        if maxlength is not None and len(data) > maxlength:
+            self.close()
+            raise OSError("bad message length")
+        return data
+
+    def recv_bytes_into(self, buf, offset: int = 0) -> int:
+        view = memoryview(buf).cast("B")
+        if offset < 0 or offset > len(view):
+            raise ValueError("offset out of bounds" if offset >= 0 else "negative offset")
+        data = self._get()
+        if len(data) > len(view) - offset:
+            raise BufferTooShort(data)
+        view[offset:offset + len(data)] = data
+        return len(data)
+
+    def recv(self):
+        return serialization.loads(self._get())
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        self._check_closed()
+        self._check_readable()
+        if self._channel is not None:
+            return self._channel.boxes[self._side].poll(timeout)
+        reply = self._request(encode(b"L", timeout), timeout)
+        return reply[:1] != EMPTY
+
+    def __repr__(self) -> str:
+        return (f"<fiber Connection side={self._side} of "
+                f"{self._endpoint.address}#{self._endpoint.cid}>")
+
+
+def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
+    """Two connected ends ``(conn1, conn2)``; with ``duplex=False`` conn1 only
+    receives and conn2 only sends, as :func:`multiprocessing.Pipe`."""
+    hub = transport.get_hub()
+    cid = hub.add_channel(PipeChannel(hub))
+    first = Connection(Endpoint(hub.address, cid), 0, True, duplex)
+    second = Connection(Endpoint(hub.address, cid), 1, duplex, True)
+    return first, second

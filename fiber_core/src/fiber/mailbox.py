@@ -1,0 +1,254 @@
+"""The broker behind queues and pipes: a FIFO of serialized items with parked
+readers and writers, served to its own process directly and to other processes
+through the hub.
+
+A mailbox lives in the process that created the queue or pipe. Local callers block on
+a condition variable; remote callers' requests are parked and answered when an item
+(or room) arrives or when their timeout expires, the timeout being kept by the hub so
+that an item is never both delivered and timed out.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import struct
+import threading
+
+from fiber import transport
+
+_HEADER = struct.Struct("<cd")  # op, timeout (< 0: forever, 0: do not wait)
+HEADER_SIZE = _HEADER.size
+
+# reply kinds
+ITEM = b"I"
+EMPTY = b"E"
+ACCEPTED = b"A"
+FULL = b"F"
+CLOSED = b"C"
+
+
+def encode(op: bytes, timeout: float | None, data: bytes = b"") -> bytes:
+    return _HEADER.pack(op, -1.0 if timeout is None else max(0.0, timeout)) + data
+
+
+def decode(payload: memoryview) -> tuple[bytes, float | None, memoryview]:
+    op, timeout = _HEADER.unpack_from(payload)
+    return op, (None if timeout < 0 else timeout), payload[HEADER_SIZE:]
+
+
+class _Waiter:
+    __slots__ = ("request", "item", "done", "result")
+
+    def __init__(self, request: transport.Request | None, item: bytes | None = None) -> None:
+        self.request = request
+        self.item = item
+        self.done = False
+        self.result: bytes | None = None
+
+
+class Mailbox:
+    """A FIFO with optional bound ``maxsize`` (0: unbounded)."""
+
+    def __init__(self, hub: transport.Hub, maxsize: int = 0) -> None:
+        self.hub = hub
+        self.maxsize = maxsize
+        self.items: collections.deque[bytes] = collections.deque()
+        self._getters: collections.deque[_Waiter] = collections.deque()
+        self._putters: collections.deque[_Waiter] = collections.deque()
+        self._pollers: list[_Waiter] = []
+        self.closed = False  # no more items will come (the writing end is closed)
+        self.reader_closed = False  # nobody will read: writers get BrokenPipeError
+        self.unfinished = 0  # JoinableQueue
+        self._joiners: list[_Waiter] = []
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+
+    # -- shared logic (lock held) ---------------------------------------------------
+    def _deliver(self, item: bytes) -> bool:
+        """Give ``item`` to the first live getter; False when nobody waits."""
+        while self._getters:
+            waiter = self._getters.popleft()
+            if waiter.done:
+                continue
+            waiter.done = True
+            if waiter.request is not None:
+                if waiter.request.reply(ITEM + item):
+                    return True
+                continue  # that requester is gone: try the next one
+            waiter.result = item
+            self.cond.notify_all()
+            return True
+        return False
+
+    def _admit(self, item: bytes) -> None:
+        self.unfinished += 1
+        self._wake_pollers()
+        if not self._deliver(item):
+            self.items.append(item)
+
+    def _wake_pollers(self) -> None:
+        pollers, self._pollers = self._pollers, []
+        for waiter in pollers:
+            if not waiter.done:
+                waiter.done = True
+                waiter.request.reply(ITEM)
+
+    def _take(self) -> bytes:
+        item = self.items.popleft()
+        while self._putters and (not self.maxsize or len(self.items) < self.maxsize):
+            waiter = self._putters.popleft()
+            if waiter.done:
+                continue
+            waiter.done = True
+            self._admit(waiter.item)
+            if waiter.request is not None:
+                waiter.request.reply(ACCEPTED)
+            else:
+                self.cond.notify_all()
+        return item
+
+    def _full(self) -> bool:
+        return bool(self.maxsize) and len(self.items) >= self.maxsize
+
+    def _expire(self, waiter: _Waiter, reply: bytes) -> None:
+        with self.lock:
+            if waiter.done:
+                return
+            waiter.done = True
+        waiter.request.reply(reply)
+
+    # -- local callers --------------------------------------------------------------
+    def put(self, item: bytes, block: bool = True, timeout: float | None = None) -> None:
+        with self.lock:
+            if self.reader_closed:
+                raise BrokenPipeError("the other end of the pipe is closed")
+            if not self._full():
+                self._admit(item)
+                return
+            if not block or (timeout is not None and timeout <= 0):
+                raise queue.Full
+            waiter = _Waiter(None, item)
+            self._putters.append(waiter)
+            if not self.cond.wait_for(lambda: waiter.done, timeout):
+                waiter.done = True
+                raise queue.Full
+
+    def get(self, block: bool = True, timeout: float | None = None) -> bytes:
+        with self.lock:
+            if self.items:
+                return self._take()
+            if self.closed:
+                raise EOFError
+            if not block or (timeout is not None and timeout <= 0):
+                raise queue.Empty
+            waiter = _Waiter(None)
+            self._getters.append(waiter)
+            if not self.cond.wait_for(lambda: waiter.done or self.closed, timeout) \
+                    or waiter.result is None:
+                waiter.done = True
+                if self.closed:
+                    raise EOFError
+                raise queue.Empty
+            return waiter.result
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        with self.lock:
+            if timeout is None or timeout > 0:
+                self.cond.wait_for(lambda: self.items or self.closed, timeout)
+            return bool(self.items) or self.closed
+
+    def close(self) -> None:
+        """No more items will come: readers of an empty mailbox get EOF."""
+        with self.lock:
+            self.closed = True
+            self._wake_pollers()
+            getters, self._getters = list(self._getters), collections.deque()
+            for waiter in getters:
+                if not waiter.done:
+                    waiter.done = True
+                    if waiter.request is not None:
+                        waiter.request.reply(CLOSED)
+            self.cond.notify_all()
+
+    def task_done(self) -> None:
+        with self.lock:
+            self._task_done()
+
+    def _task_done(self) -> None:
+        if self.unfinished <= 0:
+            raise ValueError("task_done() called too many times")
+        self.unfinished -= 1
+        if self.unfinished == 0:
+            joiners, self._joiners = self._joiners, []
+            for waiter in joiners:
+                waiter.request.reply(b"")
+            self.cond.notify_all()
+
+    def join(self) -> None:
+        with self.lock:
+            self.cond.wait_for(lambda: self.unfinished == 0)
+
+    # -- remote callers (hub thread) ------------------------------------------------
+    def handle(self, request: transport.Request, op: bytes, timeout: float | None,
+               data: memoryview) -> None:
+        with self.lock:
+            if op == b"G":
+                if self.items:
+                    item = self._take()
+                    request.reply(ITEM + item)
+                elif self.closed:
+                    request.reply(CLOSED)
+                elif timeout == 0:
+                    request.reply(EMPTY)
+                else:
+                    waiter = _Waiter(request)
+                    self._getters.append(waiter)
+                    if timeout is not None:
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
+            elif op == b"P":
+                if self.reader_closed:
+                    request.reply(CLOSED)
+                elif not self._full():
+                    self._admit(bytes(data))
+                    request.reply(ACCEPTED)
+                elif timeout == 0:
+                    request.reply(FULL)
+                else:
+                    waiter = _Waiter(request, bytes(data))
+                    self._putters.append(waiter)
+                    if timeout is not None:
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, FULL))
+            elif op == b"L":  # poll: is there something to read?
+                if self.items or self.closed or timeout == 0:
+                    request.reply(ITEM if (self.items or self.closed) else EMPTY)
+                else:
+                    waiter = _Waiter(request)
+                    self._pollers.append(waiter)  # polls do not take items
+                    if timeout is not None:
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
+            elif op == b"S":
+                request.reply(str(len(self.items)).encode())
+            elif op == b"D":
+                try:
+                    self._task_done()
+                except ValueError as exc:
+                    from fiber.serialization import pack_exception
+
+                    request.reply(pack_exception(exc), transport.ERROR)
+                    return
+                request.reply(b"")
+            elif op == b"J":
+                if self.unfinished == 0:
+                    request.reply(b"")
+                else:
+                    self._joiners.append(_Waiter(request))
+            else:
+                request.reply(b"unknown mailbox request", transport.ERROR)
+
+    def peer_gone(self, peer: int) -> None:
+        with self.lock:
+            for waiters in (self._getters, self._putters, self._pollers, self._joiners):
+                for waiter in waiters:
+                    if waiter.request is not None and waiter.request.peer == peer:
+                        waiter.done = True

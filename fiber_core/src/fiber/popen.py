@@ -1,0 +1,295 @@
+"""The parent's side of one job-backed process: creating its job, the control
+channel its bootstrap talks to, heartbeats, and turning the job's end into an exit
+code. The counterpart of multiprocessing's Popen classes (poll, wait, terminate,
+kill, sentinel); the child's side is :mod:`fiber.bootstrap`.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing.spawn
+import os
+import pickle
+import re
+import signal
+import sys
+import threading
+import time
+import uuid
+
+from fiber import config, plugins, serialization, transport
+from fiber.errors import ProcessStartError
+from fiber.job import JobSpec, JobState, JobStatus
+from fiber.monitor import monitor_for
+
+logger = logging.getLogger("fiber")
+
+HELLO = b"H"
+OUTPUT = b"O"
+WATCH = b"W"
+EXIT = b"X"
+LOG_TAIL = 4000
+
+_PROCESS_UID = uuid.uuid4().hex[:8]
+
+
+def job_labels() -> dict[str, str]:
+    from fiber.process import run_id
+
+    return {"fiber.run": run_id(), "fiber.parent": _PROCESS_UID}
+
+
+def job_name(process_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9-]+", "-", process_name.lower()).strip("-")
+    return ("fiber-" + slug)[:50].rstrip("-")
+
+
+def preparation_data(name: str) -> dict:
+    """What the child needs to look like the parent (sys.path, main module, ...),
+    as multiprocessing's spawn start method sends it."""
+    data = multiprocessing.spawn.get_preparation_data(name)
+    data.pop("authkey", None)
+    data.pop("log_to_stderr", None)
+    return data
+
+
+class ControlChannel:
+    """Requests from one child's bootstrap: hello, output, heartbeat, exit."""
+
+    def __init__(self, popen: JobPopen) -> None:
+        self.popen = popen
+        self.peer: int | None = None
+        self._watch: transport.Request | None = None
+        self.last_seen = time.monotonic()
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        op = bytes(payload[:1])
+        body = payload[1:]
+        popen = self.popen
+        self.last_seen = time.monotonic()
+        if op == OUTPUT:
+            popen.write_output(bytes(body[:1]), bytes(body[1:]).decode("utf-8", "replace"))
+            request.reply(b"")
+        elif op == WATCH:
+            previous, self._watch = self._watch, request
+            if previous is not None:
+                previous.reply(b"")
+            popen.hub.call_later(popen.heartbeat_interval, lambda: self._beat(request))
+        elif op == HELLO:
+            if self.peer is not None:
+                request.reply(b"this process is already running", transport.ERROR)
+                return
+            self.peer = request.peer
+            pid, host = pickle.loads(body)
+            popen.connected(pid, host)
+            request.reply(popen.bundle)
+            popen.bundle = b""
+        elif op == EXIT:
+            popen.exit_reported = int(pickle.loads(body))
+            request.reply(b"")
+        else:
+            request.reply(b"unknown control request", transport.ERROR)
+
+    def _beat(self, request: transport.Request) -> None:
+        if self._watch is request:
+            self._watch = None
+            request.reply(b"")
+
+    def peer_gone(self, peer: int) -> None:
+        if peer == self.peer:
+            self.popen.connection_lost()
+
+
+class JobPopen:
+    """Creates the job of a :class:`fiber.Process` and follows it to its end."""
+
+    def __init__(self, process_obj) -> None:
+        cfg = config.get_config()
+        self.process_name = process_obj.name
+        self.backend = plugins.get_backend(cfg.backend)
+        self.heartbeat_interval = float(cfg.heartbeat_interval)
+        self.heartbeat_timeout = float(cfg.heartbeat_timeout)
+        self.prefix = bool(cfg.output_prefix)
+        self.returncode: int | None = None
+        self.exit_reported: int | None = None
+        self.start_error: ProcessStartError | None = None
+        self.pid: int | None = None
+        self.host: str | None = None
+        self.job = None
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._sentinel: tuple[int, int] | None = None
+        self._connected = False
+        self._released = False
+        # Pickle before anything exists: an unpicklable target fails here, cleanly.
+        payload = serialization.dumps_code(process_obj)
+        self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
+        self.hub = transport.get_hub()
+        self.channel = ControlChannel(self)
+        self.cid = self.hub.add_channel(self.channel)
+        meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
+        spec = self._job_spec(cfg, process_obj, meta)
+        try:
+            self.job = self.backend.create_job(spec)
+        except BaseException:
+            self.hub.remove_channel(self.cid)
+            raise
+        self.host = self.job.host
+        if self.job.id.isdigit():
+            self.pid = int(self.job.id)
+        logger.debug("started %s as %s job %s", self.process_name, self.backend.name, self.job.id)
+        monitor_for(self.backend).watch(self.job, self._job_ended)
+
+    def _job_spec(self, cfg, process_obj, meta: dict) -> JobSpec:
+        from fiber import auth
+        from fiber.process import run_id
+
+        env = cfg.child_env()
+        env.update({
+            "FIBER_BACKEND": cfg.backend,
+            "_FIBER_PARENT": self.hub.address,
+            "_FIBER_CHANNEL": str(self.cid),
+            "_FIBER_AUTHKEY": auth.get_authkey().hex(),
+            "_FIBER_RUN": run_id(),
+            "PYTHONUNBUFFERED": "1",
+        })
+        return JobSpec(
+            command=[cfg.python or sys.executable, "-m", "fiber.bootstrap"],
+            env=env,
+            cwd=os.getcwd(),
+            image=cfg.image,
+            cpu=meta.get("cpu", cfg.cpu),
+            memory=meta.get("memory", cfg.memory),
+            gpu=meta.get("gpu", cfg.gpu),
+            name=job_name(process_obj.name),
+            labels=job_labels(),
+        )
+
+    # -- events ---------------------------------------------------------------------
+    def connected(self, pid: int, host: str) -> None:
+        self._connected = True
+        self.pid, self.host = pid, host
+        self.hub.call_later(self.heartbeat_interval, self._check_alive)
+
+    def _check_alive(self) -> None:
+        if self._done.is_set():
+            return
+        silent = time.monotonic() - self.channel.last_seen
+        if silent > self.heartbeat_timeout:
+            logger.warning("%s (job %s) has been silent for %.0fs: ending it as lost",
+                           self.process_name, self.job.id, silent)
+            self._force_end()
+            self._finish(-signal.SIGKILL)
+            return
+        self.hub.call_later(self.heartbeat_interval, self._check_alive)
+
+    def _force_end(self) -> None:
+        try:
+            self.backend.terminate(self.job, force=True)
+        except Exception:  # noqa: BLE001 - the job may be unreachable
+            logger.debug("terminating lost job %s failed", self.job.id, exc_info=True)
+
+    def connection_lost(self) -> None:
+        if self.exit_reported is not None:
+            self._finish(self.exit_reported)
+        else:
+            monitor_for(self.backend).wake()
+
+    def _job_ended(self, status: JobStatus) -> None:
+        if not self._done.is_set():
+            if self.exit_reported is not None:
+                code = self.exit_reported
+            elif status.exitcode is not None:
+                code = status.exitcode
+            elif status.state is JobState.SUCCEEDED:
+                code = 0
+            else:
+                code = -signal.SIGKILL
+            if not self._connected:
+                logs = ""
+                try:
+                    logs = self.backend.logs(self.job)[-LOG_TAIL:]
+                except Exception:  # noqa: BLE001
+                    logger.debug("reading logs of job %s failed", self.job.id, exc_info=True)
+                reason = f" ({status.reason})" if status.reason else ""
+                self.start_error = ProcessStartError(
+                    f"{self.process_name}: its {self.backend.name} job {self.job.id} ended "
+                    f"{status.state.value}{reason} with exit code {status.exitcode} before it "
+                    "connected back to this process (is fiber-core installed for the job's "
+                    f"Python, and can the job reach {self.hub.address}?)"
+                    + (f"\n--- job output ---\n{logs}" if logs.strip() else ""),
+                    status.exitcode, status.reason, logs)
+                logger.error("%s", self.start_error)
+            self._finish(code)
+        self._release()
+
+    def _finish(self, code: int) -> None:
+        with self._lock:
+            if self._done.is_set():
+                return
+            self.returncode = code
+            self._done.set()
+            if self._sentinel is not None:
+                os.close(self._sentinel[1])
+                self._sentinel = (self._sentinel[0], -1)
+        self.hub.remove_channel(self.cid)
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._released:
+                return
+            self._released = True
+        try:
+            self.backend.release(self.job)
+        except Exception:  # noqa: BLE001
+            logger.warning("releasing job %s failed", self.job.id, exc_info=True)
+
+    def write_output(self, stream: bytes, text: str) -> None:
+        out = sys.stderr if stream == b"2" else sys.stdout
+        if self.prefix:
+            lines = text.splitlines(keepends=True)
+            text = "".join(f"[{self.process_name}] {line}" for line in lines)
+        try:
+            out.write(text)
+            out.flush()
+        except (OSError, ValueError):
+            pass
+
+    # -- the Popen interface --------------------------------------------------------
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        self._done.wait(timeout)
+        return self.returncode
+
+    def terminate(self) -> None:
+        if not self._done.is_set():
+            self.backend.terminate(self.job)
+
+    def kill(self) -> None:
+        if not self._done.is_set():
+            self.backend.terminate(self.job, force=True)
+
+    @property
+    def sentinel(self) -> int:
+        with self._lock:
+            if self._sentinel is None:
+                r, w = os.pipe()
+                if self._done.is_set():
+                    os.close(w)
+                    w = -1
+                self._sentinel = (r, w)
+            return self._sentinel[0]
+
+    def raise_start_error(self) -> None:
+        if self.start_error is not None:
+            raise self.start_error
+
+    def close(self) -> None:
+        with self._lock:
+            if self._sentinel is not None:
+                for fd in self._sentinel:
+                    if fd >= 0:
+                        os.close(fd)
+                self._sentinel = None

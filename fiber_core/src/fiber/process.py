@@ -1,0 +1,384 @@
+"""Job-backed processes: ``fiber.Process`` and the functions around it, mirroring
+:mod:`multiprocessing.process`.
+
+``Process.start()`` asks the selected backend to create a job running
+``python -m fiber.bootstrap``; the bootstrap dials back to this process's hub,
+authenticates, receives the pickled Process object and runs it (see
+:mod:`fiber.bootstrap` and :mod:`fiber.popen`). Differences from multiprocessing are
+listed in docs/architecture.md.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import os
+import signal
+import sys
+import threading
+import uuid
+import weakref
+from typing import Any
+
+from fiber import config as _config
+
+__all__ = [
+    "Process", "current_process", "parent_process", "active_children", "run_id",
+    "listen_host",
+]
+
+_children: set = set()
+_counter = itertools.count(1)
+_lock = threading.Lock()
+
+
+def run_id() -> str:
+    """The id of this run: every process of one program shares it (job labels)."""
+    value = os.environ.get("_FIBER_RUN")
+    if not value:
+        value = uuid.uuid4().hex[:12]
+        os.environ["_FIBER_RUN"] = value
+    return value
+
+
+def listen_host() -> str:
+    """The address this process's hub binds: the ``listen_address`` setting, else the
+    address the selected backend says its jobs can reach."""
+    cfg = _config.get_config()
+    if cfg.listen_address:
+        return cfg.listen_address
+    from fiber import plugins
+
+    return plugins.get_backend(cfg.backend).listen_address()
+
+
+class Process:
+    """A process that runs as a job on the selected backend.
+
+    Same constructor, attributes and methods as :class:`multiprocessing.Process`.
+    """
+
+    _start_method = None
+
+    def __init__(self, group=None, target=None, name=None, args=(), kwargs=None, *,
+                 daemon=None):
+        assert group is None, "group argument must be None for now"
+        count = next(_counter)
+        parent = _current_process
+        self._identity = parent._identity + (count,)
+        self._config = parent._config.copy()
+        self._parent_pid = os.getpid()
+        self._parent_name = parent.name
+        self._popen = None
+        self._closed = False
+        self._target = target
+        self._args = tuple(args)
+        self._kwargs = dict(kwargs or {})
+        self._name = name or type(self).__name__ + "-" + ":".join(map(str, self._identity))
+        if daemon is not None:
+            self.daemon = daemon
+        _dangling.add(self)
+
+    def _check_closed(self) -> None:
+        if self._closed:
+            raise ValueError("process object is closed")
+
+    def run(self) -> None:
+        """Method to be run in the job; override it in a subclass."""
+        if self._target:
+            self._target(*self._args, **self._kwargs)
+
+    def start(self) -> None:
+        """Create the job that runs this process's :meth:`run`."""
+        self._check_closed()
+        assert self._popen is None, "cannot start a process twice"
+        assert self._parent_pid == os.getpid(), \
+            "can only start a process object created by current process"
+        assert not _current_process._config.get("daemon"), \
+            "daemonic processes are not allowed to have children"
+        _cleanup()
+        from fiber.popen import JobPopen
+
+        self._popen = JobPopen(self)
+        with _lock:
+            _children.add(self)
+        del self._target, self._args, self._kwargs
+
+    def terminate(self) -> None:
+        """End the job (SIGTERM-like)."""
+        self._check_closed()
+        if self._popen is not None:
+            self._popen.terminate()
+
+    def kill(self) -> None:
+        """End the job (SIGKILL-like)."""
+        self._check_closed()
+        if self._popen is not None:
+            self._popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the process ends. Raises :class:`fiber.ProcessStartError` when
+        its job ended without ever running the process (a difference from
+        multiprocessing, whose processes cannot fail that way)."""
+        self._check_closed()
+        assert self._parent_pid == os.getpid(), "can only join a child process"
+        assert self._popen is not None, "can only join a started process"
+        res = self._popen.wait(timeout)
+        if res is not None:
+            with _lock:
+                _children.discard(self)
+            self._popen.raise_start_error()
+
+    def is_alive(self) -> bool:
+        self._check_closed()
+        if self is _current_process:
+            return True
+        assert self._parent_pid == os.getpid(), "can only test a child process"
+        if self._popen is None:
+            return False
+        if self._popen.poll() is None:
+            return True
+        with _lock:
+            _children.discard(self)
+        return False
+
+    def close(self) -> None:
+        """Release the process object's resources (the job must have ended)."""
+        if self._popen is not None:
+            if self._popen.poll() is None:
+                raise ValueError("Cannot close a process while it is still running. "
+                                 "You should first call join() or terminate().")
+            self._popen.close()
+            self._popen = None
+            with _lock:
+                _children.discard(self)
+        self._closed = True
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, name: str) -> None:
+        assert isinstance(name, str), "name must be a string"
+        self._name = name
+
+    @property
+    def daemon(self) -> bool:
+        return self._config.get("daemon", False)
+
+    @daemon.setter
+    def daemon(self, daemonic: bool) -> None:
+        assert self._popen is None, "process has already started"
+        self._config["daemon"] = daemonic
+
+    @property
+    def authkey(self) -> bytes:
+        from fiber import auth
+
+        return auth.get_authkey()
+
+    @authkey.setter
+    def authkey(self, authkey: bytes) -> None:
+        from fiber import auth
+
+        auth.set_authkey(authkey)
+
+    @property
+    def exitcode(self) -> int | None:
+        """None while running; the exit status, or the negative signal number."""
+        self._check_closed()
+        if self._popen is None:
+            return None
+        return self._popen.poll()
+
+    @property
+    def ident(self) -> int | None:
+        """The process id on the host it runs on (see also :attr:`job_id`)."""
+        self._check_closed()
+        if self is _current_process:
+            return os.getpid()
+        return self._popen and self._popen.pid
+
+    pid = ident
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable when the process ends, usable
+        with :func:`multiprocessing.connection.wait` and :mod:`select`."""
+        self._check_closed()
+        try:
+            return self._popen.sentinel
+        except AttributeError:
+            raise ValueError("process not started") from None
+
+    @property
+    def job_id(self) -> str | None:
+        """fiber extension: the backend's id of the job (container id, pod name...)."""
+        return self._popen.job.id if self._popen is not None else None
+
+    @property
+    def host(self) -> str | None:
+        """fiber extension: the host the job runs on, when known."""
+        return self._popen.host if self._popen is not None else None
+
+    def __repr__(self) -> str:
+        exitcode = None
+        if self is _current_process:
+            status = "started"
+        elif self._closed:
+            status = "closed"
+        elif self._parent_pid != os.getpid():
+            status = "unknown"
+        elif self._popen is None:
+            status = "initial"
+        else:
+            exitcode = self._popen.poll()
+            status = "started" if exitcode is None else "stopped"
+        info = [type(self).__name__, "name=%r" % self._name]
+        if self._popen is not None and self._popen.job is not None:
+            info.append("job=%s" % self._popen.job.id)
+        info.append(status)
+        if exitcode is not None:
+            info.append("exitcode=%s" % _exitcode_text(exitcode))
+        if self.daemon:
+            info.append("daemon")
+        return "<%s>" % " ".join(info)
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_popen"] = None
+        return state
+
+    # -- in the job -----------------------------------------------------------------
+    def _bootstrap(self) -> int:
+        """Run the process in its job; returns the exit code (mirrors
+        ``multiprocessing.process.BaseProcess._bootstrap``)."""
+        global _current_process, _parent_process
+        import traceback
+
+        try:
+            _children.clear()
+            _parent_process = _ParentProcess(self._parent_name, self._parent_pid)
+            _current_process = self
+            threading.main_thread()._name = "MainThread"
+            try:
+                self.run()
+                exitcode = 0
+            finally:
+                _exit_function()
+        except SystemExit as exc:
+            if exc.code is None:
+                exitcode = 0
+            elif isinstance(exc.code, int):
+                exitcode = exc.code
+            else:
+                sys.stderr.write(str(exc.code) + "\n")
+                exitcode = 1
+        except BaseException:
+            exitcode = 1
+            sys.stderr.write("Process %s:\n" % self.name)
+            traceback.print_exc()
+        finally:
+            try:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            except Exception:  # noqa: BLE001
+                pass
+        return exitcode
+
+
+def _exitcode_text(code: int) -> str:
+    if code < 0:
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            pass
+    return str(code)
+
+
+class _MainProcess(Process):
+    def __init__(self) -> None:
+        self._identity = ()
+        self._name = "MainProcess"
+        self._parent_pid = None
+        self._popen = None
+        self._closed = False
+        self._config = {}
+
+    def close(self) -> None:
+        pass
+
+
+class _ParentProcess:
+    """What :func:`parent_process` returns in a child: name and pid of the parent (a
+    process on another host cannot be joined or polled from here)."""
+
+    def __init__(self, name: str, pid: int | None) -> None:
+        self.name = name
+        self.pid = self.ident = pid
+
+    def is_alive(self) -> bool:
+        return True  # a fiber child exits when its parent's connection drops
+
+    def __repr__(self) -> str:
+        return f"<ParentProcess name={self.name!r} pid={self.pid}>"
+
+
+_main_process = _MainProcess()
+_current_process: Process = _main_process
+_parent_process: _ParentProcess | None = None
+_dangling: weakref.WeakSet = weakref.WeakSet()
+
+
+def current_process() -> Process:
+    """The Process object of the calling process."""
+    return _current_process
+
+
+def parent_process() -> _ParentProcess | None:
+    """The parent of the calling process, or None in the main process."""
+    return _parent_process
+
+
+def _cleanup() -> None:
+    with _lock:
+        children = list(_children)
+    for p in children:
+        if p._popen is not None and p._popen.poll() is not None:
+            with _lock:
+                _children.discard(p)
+
+
+def active_children() -> list[Process]:
+    """The live children of this process (joining the finished ones)."""
+    _cleanup()
+    with _lock:
+        return list(_children)
+
+
+def _main_exit() -> None:
+    """atexit in the main process: end children as multiprocessing does, then close
+    the connections."""
+    if _current_process is not _main_process:
+        return
+    _exit_function()
+    from fiber import transport
+
+    transport.shutdown()
+
+
+def _exit_function() -> None:
+    """At the end of a process: terminate daemonic children, join the others (as
+    multiprocessing does)."""
+    for p in active_children():
+        if p.daemon:
+            p.terminate()
+    for p in active_children():
+        try:
+            p.join()
+        except Exception:  # noqa: BLE001 - joining at exit is best effort
+            pass
+
+
+atexit.register(_main_exit)

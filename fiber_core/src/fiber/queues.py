@@ -1,0 +1,153 @@
+"""``Queue``, ``JoinableQueue`` and ``SimpleQueue`` usable from any process of a run.
+
+The queue's items live in a :class:`fiber.mailbox.Mailbox` in the process that created
+it; every other process (on any machine) reaches it through the creator's hub. Several
+writers and readers may use one queue at once; each item goes to exactly one reader.
+Semantics follow multiprocessing (blocking, timeouts, ``queue.Empty``/``queue.Full``).
+Differences: ``put`` returns once the item is in the owner's mailbox (there is no
+feeder thread, so ``close``/``join_thread`` have nothing to wait for), ``qsize`` works
+everywhere, and the queue lives as long as its creating process (a queue that was sent
+to another process stays alive until the creator exits).
+"""
+
+from __future__ import annotations
+
+import queue
+import weakref
+
+from fiber import serialization, transport
+from fiber.endpoint import Endpoint
+from fiber.mailbox import ACCEPTED, CLOSED, EMPTY, FULL, ITEM, Mailbox, decode, encode
+
+__all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
+
+
+class QueueChannel:
+    """The hub channel serving one mailbox."""
+
+    def __init__(self, mailbox: Mailbox) -> None:
+        self.mailbox = mailbox
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        op, timeout, data = decode(payload)
+        self.mailbox.handle(request, op, timeout, data)
+
+    def peer_gone(self, peer: int) -> None:
+        self.mailbox.peer_gone(peer)
+
+
+def _rebuild(cls, address: str, cid: int, maxsize: int):
+    obj = cls.__new__(cls)
+    obj._attach(address, cid, maxsize)
+    return obj
+
+
+class Queue:
+    """A FIFO queue shared by processes, as :class:`multiprocessing.Queue`."""
+
+    def __init__(self, maxsize: int = 0, *, ctx=None) -> None:
+        if maxsize <= 0:
+            maxsize = 0
+        hub = transport.get_hub()
+        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))
+        self._attach(hub.address, cid, maxsize)
+        self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
+
+    def _attach(self, address: str, cid: int, maxsize: int) -> None:
+        self._maxsize = maxsize
+        self._closed = False
+        self._endpoint = Endpoint(address, cid)
+        local = self._endpoint.local
+        self._mailbox = local.mailbox if local is not None else None
+
+    def __reduce__(self):
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer.detach()  # sent elsewhere: keep it for the creator's lifetime
+        return (_rebuild, (type(self), self._endpoint.address, self._endpoint.cid,
+                           self._maxsize))
+
+    def _check(self) -> None:
+        if self._closed:
+            raise ValueError(f"Queue {self!r} is closed")
+
+    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
+        self._check()
+        data = serialization.dumps(obj)
+        wait = timeout if block else 0.0
+        if self._mailbox is not None:
+            self._mailbox.put(data, block, timeout)
+            return
+        reply = self._endpoint.request(encode(b"P", wait, data), wait)
+        if reply[:1] == FULL:
+            raise queue.Full
+        if reply[:1] != ACCEPTED:
+            raise ValueError(f"Queue {self!r} cannot accept items ({reply[:1]!r})")
+
+    def get(self, block: bool = True, timeout: float | None = None):
+        self._check()
+        wait = timeout if block else 0.0
+        if self._mailbox is not None:
+            return serialization.loads(self._mailbox.get(block, timeout))
+        reply = self._endpoint.request(encode(b"G", wait), wait)
+        kind = reply[:1]
+        if kind == ITEM:
+            return serialization.loads(memoryview(reply)[1:])
+        if kind == EMPTY:
+            raise queue.Empty
+        raise EOFError if kind == CLOSED else ValueError(f"unexpected reply {kind!r}")
+
+    def put_nowait(self, obj) -> None:
+        self.put(obj, False)
+
+    def get_nowait(self):
+        return self.get(False)
+
+    def qsize(self) -> int:
+        if self._mailbox is not None:
+            return len(self._mailbox.items)
+        return int(self._endpoint.request(encode(b"S", 0)))
+
+    def empty(self) -> bool:
+        return self.qsize() == 0
+
+    def full(self) -> bool:
+        return bool(self._maxsize) and self.qsize() >= self._maxsize
+
+    def close(self) -> None:
+        """This process will put no more items (as in multiprocessing)."""
+        self._closed = True
+
+    def join_thread(self) -> None:
+        """Accepted for compatibility: ``put`` has already delivered every item."""
+        if not self._closed:
+            raise ValueError(f"Queue {self!r} not closed")
+
+    def cancel_join_thread(self) -> None:
+        """Accepted for compatibility (nothing to cancel)."""
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} at {self._endpoint.address}#{self._endpoint.cid}>"
+
+
+class JoinableQueue(Queue):
+    """A :class:`Queue` with ``task_done`` and ``join``."""
+
+    def task_done(self) -> None:
+        if self._mailbox is not None:
+            self._mailbox.task_done()
+        else:
+            self._endpoint.request(encode(b"D", 0))
+
+    def join(self) -> None:
+        if self._mailbox is not None:
+            self._mailbox.join()
+        else:
+            self._endpoint.request(encode(b"J", None))
+
+
+class SimpleQueue(Queue):
+    """An unbounded queue with only ``get``, ``put``, ``empty`` and ``close``."""
+
+    def __init__(self, *, ctx=None) -> None:
+        super().__init__(0)

@@ -1,0 +1,128 @@
+"""Turning objects into bytes and back for the wire.
+
+``dumps``/``loads`` use the standard pickle (fast, by reference) and fall back to
+cloudpickle for what pickle cannot do (lambdas, closures, functions and classes of an
+interactive ``__main__``). ``dumps_code`` always uses cloudpickle (process objects,
+task functions), which pickles ``__main__`` code by value. Large buffers (pickle
+protocol 5, e.g. numpy arrays) travel out of band: they are not copied into the
+pickle stream, only once into the message.
+"""
+
+from __future__ import annotations
+
+import pickle
+import struct
+import sys
+import traceback
+from typing import Any
+
+import cloudpickle
+
+from fiber.errors import RemoteError
+
+PROTOCOL = 5
+OOB_THRESHOLD = 64 * 1024
+_OOB = b"\x01"  # in-band messages are plain pickles (they start with b"\x80")
+_LEN = struct.Struct("<Q")
+
+
+class SerializationError(pickle.PicklingError):
+    """An object cannot be sent to another process."""
+
+
+def _pickle(obj: Any, buffers: list | None) -> bytes:
+    callback = None if buffers is None else buffers.append
+    try:
+        return pickle.dumps(obj, PROTOCOL, buffer_callback=callback)
+    except Exception:  # noqa: BLE001 - any pickling failure falls back to cloudpickle
+        if buffers is not None:
+            buffers.clear()
+    try:
+        return cloudpickle.dumps(obj, PROTOCOL, buffer_callback=callback)
+    except Exception as exc:  # noqa: BLE001
+        raise SerializationError(
+            f"cannot send {type(obj).__name__} object to another process: {exc}. "
+            "Objects sent between fiber processes must be picklable (by pickle or "
+            "cloudpickle); open files, sockets, locks and generators are not."
+        ) from exc
+
+
+def dumps(obj: Any) -> bytes:
+    """Serialize ``obj`` into one message body (out-of-band buffers appended)."""
+    buffers: list[pickle.PickleBuffer] = []
+    data = _pickle(obj, buffers)
+    big = [b.raw() for b in buffers]
+    if not big:
+        return data
+    if sum(m.nbytes for m in big) < OOB_THRESHOLD:
+        return _pickle(obj, None)
+    header = [_OOB, _LEN.pack(len(big)), _LEN.pack(len(data))]
+    header += [_LEN.pack(m.nbytes) for m in big]
+    return b"".join([*header, data, *big])
+
+
+def loads(body: bytes | memoryview) -> Any:
+    """Inverse of :func:`dumps`."""
+    view = memoryview(body)
+    if view[:1] != _OOB:
+        return pickle.loads(view)
+    count = _LEN.unpack_from(view, 1)[0]
+    sizes = [_LEN.unpack_from(view, 9 + 8 * i)[0] for i in range(count + 1)]
+    offset = 9 + 8 * (count + 1)
+    data = view[offset:offset + sizes[0]]
+    offset += sizes[0]
+    buffers = []
+    for size in sizes[1:]:
+        # a writable copy, as a multiprocessing receiver would get
+        buffers.append(bytearray(view[offset:offset + size]))
+        offset += size
+    return pickle.loads(data, buffers=buffers)
+
+
+def dumps_code(obj: Any) -> bytes:
+    """Serialize code-bearing objects (targets, task functions) with cloudpickle."""
+    try:
+        return cloudpickle.dumps(obj, PROTOCOL)
+    except Exception as exc:  # noqa: BLE001
+        raise SerializationError(
+            f"cannot send {obj!r} to another process: {exc}. The target, its "
+            "arguments and the objects it refers to must be picklable with cloudpickle."
+        ) from exc
+
+
+def loads_code(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+def pack_exception(exc: BaseException) -> bytes:
+    """An exception with its traceback text, for the other side to re-raise."""
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    try:
+        payload = pickle.dumps((exc, tb), PROTOCOL)
+        pickle.loads(payload)  # some exceptions pickle but do not unpickle
+        return payload
+    except Exception:  # noqa: BLE001
+        remote = RemoteError(type(exc).__qualname__, str(exc), tb)
+        return pickle.dumps((remote, tb), PROTOCOL)
+
+
+class RemoteTraceback(Exception):
+    """Attached as ``__cause__`` of a re-raised remote exception, like
+    multiprocessing.pool's, so that the remote traceback is printed."""
+
+    def __init__(self, tb: str) -> None:
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+def unpack_exception(payload: bytes) -> BaseException:
+    exc, tb = pickle.loads(payload)
+    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
+    return exc
+
+
+def is_main_module_object(obj: Any) -> bool:
+    return getattr(obj, "__module__", None) == "__main__" and "__main__" in sys.modules

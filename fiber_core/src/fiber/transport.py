@@ -1,0 +1,459 @@
+"""Authenticated request/reply messaging over pynng: the wire under every fiber object.
+
+A :class:`Hub` is one listening pynng ``Rep0`` socket per process (created on first
+need) that serves many *channels*: a queue, a pipe, a pool, a child's control line are
+each a channel, identified by a number. A :class:`Client` is a ``Req0`` socket dialled
+to one hub. Every exchange is a request answered by exactly one reply, so nothing is
+lost to a slow reader (nng routes each reply to its requester and applies
+backpressure); a request that must wait (``Queue.get`` on an empty queue) is *parked*
+by its channel and answered later. Waits with a timeout are timed out by the hub
+itself, so a reply and a timeout can never both happen.
+
+Wire format of a request: ``b"M" + channel (8 bytes) + payload``; authentication
+requests start with ``b"A"``. A reply starts with a status byte (``OK``, ``ERROR`` with
+a pickled exception, ``GONE`` when the channel no longer exists).
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import struct
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from typing import Protocol
+
+import pynng
+
+from fiber import auth
+from fiber.errors import AuthenticationError, ConnectionLostError
+
+logger = logging.getLogger("fiber")
+
+_CHANNEL = struct.Struct("<Q")
+MSG = b"M"
+AUTH1 = b"A1"
+AUTH3 = b"A3"
+OK = b"\x00"
+ERROR = b"\x01"
+GONE = b"\x02"
+AUTH_TIMEOUT = 10.0
+CONNECT_TIMEOUT = 10.0
+
+
+class Request:
+    """A request received by a hub, to be answered once with :meth:`reply`."""
+
+    __slots__ = ("_ctx", "peer", "answered", "__weakref__")
+
+    def __init__(self, ctx: pynng.Context, peer: int) -> None:
+        self._ctx = ctx
+        self.peer = peer
+        self.answered = False
+
+    def reply(self, data: bytes, status: bytes = OK) -> bool:
+        """Send the reply; False when the requester is gone or it was answered."""
+        if self.answered:
+            return False
+        self.answered = True
+        ctx, self._ctx = self._ctx, None
+        try:
+            ctx.send(status + data if data else status)
+            return True
+        except pynng.NNGException:
+            return False
+        finally:
+            try:
+                ctx.close()
+            except pynng.NNGException:
+                pass
+
+
+class Channel(Protocol):
+    def handle(self, request: Request, payload: memoryview) -> None:
+        """Answer (now or later) a request; called on the hub's thread."""
+
+    def peer_gone(self, peer: int) -> None:
+        """A connected process went away: drop what it waited for."""
+
+
+class _Timers:
+    """A thread that runs callbacks at deadlines (hub-side timeouts, heartbeats)."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call_at(self, deadline: float, fn: Callable[[], None]) -> None:
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._counter), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fiber-timers",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a timer must not kill the thread
+                logger.exception("fiber timer callback failed")
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+
+
+class Hub:
+    """The listening side: serves channels to authenticated clients."""
+
+    def __init__(self, host: str, authkey: bytes | None = None) -> None:
+        self.authkey = authkey or auth.get_authkey()
+        self._channels: dict[int, Channel] = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self._peers: dict[int, bytes | bool] = {}  # pipe id -> nonce sent, or True
+        self._pipes: dict[int, pynng.Pipe] = {}
+        self.timers = _Timers()
+        self._sock = pynng.Rep0(recv_max_size=0)
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
+        self._sock.add_post_pipe_connect_cb(self._on_connect)
+        self._sock.add_post_pipe_remove_cb(self._on_remove)
+        bracketed = f"[{host}]" if ":" in host else host
+        listener = self._sock.listen(f"tcp://{bracketed}:0")
+        port = str(listener.local_address).rsplit(":", 1)[1]
+        self.host = host
+        self.address = f"tcp://{bracketed}:{port}"
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="fiber-hub", daemon=True)
+        self._thread.start()
+        logger.debug("hub listening on %s", self.address)
+
+    # -- channels -------------------------------------------------------------------
+    def add_channel(self, channel: Channel, channel_id: int | None = None) -> int:
+        with self._lock:
+            cid = next(self._ids) if channel_id is None else channel_id
+            self._channels[cid] = channel
+            return cid
+
+    def channel(self, channel_id: int) -> Channel | None:
+        return self._channels.get(channel_id)
+
+    def remove_channel(self, channel_id: int) -> None:
+        with self._lock:
+            self._channels.pop(channel_id, None)
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        self.timers.call_at(time.monotonic() + delay, fn)
+
+    # -- connections ----------------------------------------------------------------
+    def _on_connect(self, pipe: pynng.Pipe) -> None:
+        with self._lock:
+            self._peers[pipe.id] = False
+            self._pipes[pipe.id] = pipe
+        self.timers.call_at(time.monotonic() + AUTH_TIMEOUT, lambda: self._expire(pipe.id))
+
+    def _expire(self, pipe_id: int) -> None:
+        with self._lock:
+            state = self._peers.get(pipe_id)
+            pipe = self._pipes.get(pipe_id)
+        if state is not True and pipe is not None:
+            logger.warning("closing a connection that did not authenticate in time")
+            self._close_pipe(pipe)
+
+    def _on_remove(self, pipe: pynng.Pipe) -> None:
+        with self._lock:
+            was = self._peers.pop(pipe.id, None)
+            self._pipes.pop(pipe.id, None)
+            channels = list(self._channels.values())
+        if was is True:
+            for channel in channels:
+                try:
+                    channel.peer_gone(pipe.id)
+                except Exception:  # noqa: BLE001
+                    logger.exception("peer_gone handler failed")
+
+    @staticmethod
+    def _close_pipe(pipe: pynng.Pipe) -> None:
+        # closing from an nng callback thread can deadlock; do it on a thread of ours
+        threading.Thread(target=lambda: _quiet(pipe.close), daemon=True).start()
+
+    def _authenticate(self, request: Request, pipe: pynng.Pipe, data: bytes) -> None:
+        state = self._peers.get(pipe.id)
+        if data[:2] == AUTH1 and state is False and len(data) == 2 + auth.NONCE_SIZE:
+            nonce = auth.new_nonce()
+            with self._lock:
+                self._peers[pipe.id] = nonce
+            request.reply(nonce + auth.answer(self.authkey, b"hub", data[2:]))
+            return
+        if data[:2] == AUTH3 and isinstance(state, bytes) and \
+                auth.verify(self.authkey, b"client", state, data[2:]):
+            with self._lock:
+                self._peers[pipe.id] = True
+            request.reply(b"")
+            return
+        logger.warning("rejected a connection that did not prove the run's secret")
+        request.reply(b"authentication failed", ERROR)
+        self._close_pipe(pipe)
+
+    def _serve(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                ctx = sock.new_context()
+                self._contexts.add(ctx)
+                msg = ctx.recv_msg()
+            except pynng.Closed:
+                return
+            except pynng.NNGException:
+                if self._closed:
+                    return
+                logger.exception("hub receive failed")
+                continue
+            pipe = msg.pipe
+            data = msg.bytes
+            request = Request(ctx, pipe.id)
+            if self._peers.get(pipe.id) is not True:
+                self._authenticate(request, pipe, data)
+                continue
+            if data[:1] != MSG or len(data) < 9:
+                request.reply(b"malformed request", ERROR)
+                continue
+            cid = _CHANNEL.unpack_from(data, 1)[0]
+            channel = self._channels.get(cid)
+            if channel is None:
+                request.reply(b"", GONE)
+                continue
+            try:
+                channel.handle(request, memoryview(data)[9:])
+            except Exception:  # noqa: BLE001 - a bad request must not stop the hub
+                logger.exception("channel %d failed to handle a request", cid)
+                if not request.answered:
+                    request.reply(b"internal error", ERROR)
+
+    def close(self) -> None:
+        self._closed = True
+        self.timers.close()
+        _close_all(self._contexts, self._sock)
+
+
+def _close_all(contexts: weakref.WeakSet, sock: pynng.Socket) -> None:
+    """Close contexts before their socket (pynng complains the other way round)."""
+    for ctx in list(contexts):
+        _quiet(ctx.close)
+    _quiet(sock.close)
+
+
+def _quiet(fn: Callable[[], object]) -> None:
+    try:
+        fn()
+    except pynng.NNGException:
+        pass
+
+
+class Client:
+    """A connection to one hub. :meth:`request` is thread-safe (one request at a
+    time); :meth:`context` gives independent request lines for concurrent use."""
+
+    def __init__(self, address: str, authkey: bytes | None = None,
+                 on_lost: Callable[[], None] | None = None) -> None:
+        self.address = address
+        self._key = authkey or auth.get_authkey()
+        self._lock = threading.Lock()
+        self.lost = False
+        self._on_lost = on_lost
+        self._sock = pynng.Req0(recv_max_size=0, resend_time=-1)
+        self._contexts: weakref.WeakSet = weakref.WeakSet()
+        self._sock.add_post_pipe_remove_cb(self._removed)
+        try:
+            self._sock.dial(address, block=True)
+        except pynng.NNGException as exc:
+            _quiet(self._sock.close)
+            raise ConnectionLostError(
+                f"cannot connect to the fiber process at {address}: {exc} "
+                "(it has exited, or this host cannot reach that address; see the "
+                "listen_address setting)"
+            ) from None
+        self._handshake()
+
+    def _handshake(self) -> None:
+        self._sock.recv_timeout = int(CONNECT_TIMEOUT * 1000)
+        try:
+            nonce = auth.new_nonce()
+            self._sock.send(AUTH1 + nonce)
+            reply = self._sock.recv()
+            if reply[:1] != OK or not auth.verify(
+                    self._key, b"hub", nonce, reply[1 + auth.NONCE_SIZE:]):
+                raise AuthenticationError(
+                    f"the process at {self.address} does not hold this run's secret")
+            hub_nonce = reply[1:1 + auth.NONCE_SIZE]
+            self._sock.send(AUTH3 + auth.answer(self._key, b"client", hub_nonce))
+            if self._sock.recv()[:1] != OK:
+                raise AuthenticationError(
+                    f"the process at {self.address} rejected this run's secret")
+        except pynng.NNGException as exc:
+            self.close()
+            raise ConnectionLostError(f"handshake with {self.address} failed: {exc}") from None
+        except AuthenticationError:
+            self.close()
+            raise
+        finally:
+            if not self.lost:
+                self._sock.recv_timeout = -1
+
+    def _removed(self, pipe: pynng.Pipe) -> None:
+        self.lost = True
+        threading.Thread(target=self.close, daemon=True).start()
+        if self._on_lost is not None:
+            self._on_lost()
+
+    @staticmethod
+    def frame(channel: int, payload: bytes) -> bytes:
+        return MSG + _CHANNEL.pack(channel) + payload
+
+    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
+        """Send a request and return the reply's payload (status checked)."""
+        with self._lock:
+            return self._exchange(self._sock, self.frame(channel, payload), timeout)
+
+    def context(self) -> ClientContext:
+        return ClientContext(self)
+
+    def _exchange(self, line, data: bytes, timeout: float | None) -> bytes:
+        if self.lost:
+            raise ConnectionLostError(f"the connection to {self.address} is lost")
+        try:
+            line.send(data)
+            if timeout is not None:
+                line.recv_timeout = max(1, int(timeout * 1000))
+            try:
+                reply = line.recv()
+            finally:
+                if timeout is not None and not self.lost:
+                    _quiet(lambda: setattr(line, "recv_timeout", -1))
+        except pynng.Timeout:
+            raise ConnectionLostError(
+                f"no answer from {self.address} within {timeout:.1f}s") from None
+        except pynng.NNGException as exc:
+            self.lost = True
+            raise ConnectionLostError(
+                f"the connection to {self.address} is lost ({exc})") from None
+        return check_reply(reply, self.address)
+
+    def close(self) -> None:
+        self.lost = True
+        _close_all(self._contexts, self._sock)
+
+
+def check_reply(reply: bytes, address: str) -> bytes:
+    status = reply[:1]
+    if status == OK:
+        return reply[1:]
+    if status == GONE:
+        raise ConnectionLostError(f"the object at {address} no longer exists")
+    from fiber.serialization import unpack_exception
+
+    try:
+        exc = unpack_exception(reply[1:])
+    except Exception:  # noqa: BLE001 - the hub sent a plain message
+        exc = ConnectionLostError(reply[1:].decode("utf-8", "replace"))
+    raise exc
+
+
+class ClientContext:
+    """An independent request line on a client (several may wait at once)."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._ctx = client._sock.new_context()
+        client._contexts.add(self._ctx)
+
+    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
+        return self._client._exchange(self._ctx, Client.frame(channel, payload), timeout)
+
+    def send(self, channel: int, payload: bytes) -> None:
+        if self._client.lost:
+            raise ConnectionLostError(f"the connection to {self._client.address} is lost")
+        try:
+            self._ctx.send(Client.frame(channel, payload))
+        except pynng.NNGException as exc:
+            raise ConnectionLostError(str(exc)) from None
+
+    def recv(self) -> bytes:
+        try:
+            reply = self._ctx.recv()
+        except pynng.NNGException as exc:
+            raise ConnectionLostError(
+                f"the connection to {self._client.address} is lost ({exc})") from None
+        return check_reply(reply, self._client.address)
+
+    def close(self) -> None:
+        _quiet(self._ctx.close)
+
+
+# -- process-wide hubs and clients ---------------------------------------------------
+_hubs: dict[str, Hub] = {}
+_clients: dict[str, Client] = {}
+_registry_lock = threading.Lock()
+
+
+def get_hub(host: str | None = None) -> Hub:
+    """This process's hub for ``host`` (the listen address), created on first use."""
+    if host is None:
+        from fiber import process
+
+        host = process.listen_host()
+    with _registry_lock:
+        hub = _hubs.get(host)
+        if hub is None:
+            hub = _hubs[host] = Hub(host)
+        return hub
+
+
+def get_client(address: str) -> Client:
+    """A shared client connection to ``address`` (created on first use)."""
+    with _registry_lock:
+        client = _clients.get(address)
+        if client is not None and not client.lost:
+            return client
+    client = Client(address)
+    with _registry_lock:
+        _clients[address] = client
+    return client
+
+
+def shutdown() -> None:
+    """Close every client and hub of this process (at exit)."""
+    with _registry_lock:
+        clients, hubs = list(_clients.values()), list(_hubs.values())
+        _clients.clear()
+        _hubs.clear()
+    for client in clients:
+        client.close()
+    for hub in hubs:
+        hub.close()
+
+
+def local_hub(address: str) -> Hub | None:
+    """The hub of this process that listens on ``address``, if any."""
+    with _registry_lock:
+        for hub in _hubs.values():
+            if hub.address == address:
+                return hub
+    return None
+
