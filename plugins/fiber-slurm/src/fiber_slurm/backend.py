@@ -1,0 +1,308 @@
+"""The ``slurm`` backend: every fiber job is a Slurm batch job.
+
+A job is submitted with ``sbatch --parsable`` (its batch script, rendered from
+``job.sh.template``, goes to sbatch on stdin), watched with one ``squeue`` call for
+all of a run's jobs (``scontrol show job`` for the ones squeue no longer lists), ended
+with ``scancel`` and its output read from the file named by ``--output`` in
+``slurm_log_dir``. The parent may run on a login node: the jobs dial back to the
+address :meth:`SlurmBackend.listen_address` finds.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fiber.backend import Backend, BackendError, JobCreationError
+from fiber.job import Job, JobSpec, JobState, JobStatus
+
+from fiber_slurm import script
+from fiber_slurm.commands import SlurmCommands
+from fiber_slurm.options import default_log_dir
+from fiber_slurm.states import exitcode_from_pair, exitcode_from_wait_status, to_status
+
+logger = logging.getLogger("fiber.slurm")
+
+# squeue --Format fields; Comment last (it is URL-encoded, so it has no "|" anyway)
+_SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
+_SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
+_LIVE = (JobState.PENDING, JobState.RUNNING)
+
+
+@dataclass
+class _Handle:
+    """What the backend keeps of a job: its output file, its final status once seen
+    (Slurm forgets ended jobs after MinJobAge) and whether we cancelled it."""
+
+    output: str | None
+    final: JobStatus | None = None
+    cancelled: bool = False
+
+
+@dataclass
+class _Row:
+    job_id: str
+    state: str
+    reason: str
+    exitcode: int | None
+    host: str | None
+    output: str | None
+    comment: str
+
+
+def _split_id(job_id: str) -> tuple[str, str | None]:
+    """``"123;cluster"`` -> ("123", "cluster"); ``"123"`` -> ("123", None)."""
+    number, _, cluster = job_id.partition(";")
+    return number.strip(), (cluster.strip() or None)
+
+
+class SlurmBackend(Backend):
+    """Jobs as Slurm batch jobs (see the module docstring)."""
+
+    name = "slurm"
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        super().__init__(options)
+        self.poll_interval = float(options.get("slurm_poll_interval") or 1.0)
+        self.commands = SlurmCommands(options.get("slurm_bin_dir"))
+        self.log_dir = os.path.abspath(os.path.expanduser(
+            options.get("slurm_log_dir") or default_log_dir()))
+        self._lock = threading.Lock()
+        self._jobs: dict[str, Job] = {}
+        self._address: str | None = None
+
+    # -- creating -----------------------------------------------------------------
+    def _output_path(self, spec: JobSpec) -> str:
+        os.makedirs(self.log_dir, mode=0o700, exist_ok=True)
+        safe = re.sub(r"[^A-Za-z0-9_.-]", "_", spec.name)[:60] or "job"
+        return os.path.join(self.log_dir, f"{safe}-{uuid.uuid4().hex[:12]}.out")
+
+    def create_job(self, spec: JobSpec) -> Job:
+        output = self._output_path(spec)
+        batch = script.render(spec, self.options, output)
+        done = self.commands.run("sbatch", ["--parsable"], stdin=batch)
+        if done.returncode != 0:
+            message = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
+            raise JobCreationError(f"sbatch refused job {spec.name}: {message}")
+        lines = [line for line in done.stdout.splitlines() if line.strip()]
+        if not lines or not re.fullmatch(r"\d+(_\d+)?(;\S+)?", lines[-1].strip()):
+            raise JobCreationError(
+                f"cannot read a job id in sbatch's output for job {spec.name}: "
+                f"{done.stdout.strip()!r} {done.stderr.strip()!r}")
+        job_id = lines[-1].strip()
+        if done.stderr.strip():
+            logger.info("sbatch (job %s): %s", job_id, done.stderr.strip())
+        job = Job(id=job_id, backend=self.name, spec=spec, handle=_Handle(output))
+        with self._lock:
+            self._jobs[job.id] = job
+        logger.debug("submitted job %s (%s) to Slurm", job_id, spec.name)
+        return job
+
+    # -- watching -----------------------------------------------------------------
+    def _handle(self, job: Job) -> _Handle:
+        if not isinstance(job.handle, _Handle):
+            with self._lock:
+                known = self._jobs.get(job.id)
+            job.handle = known.handle if known is not None else _Handle(None)
+        return job.handle
+
+    def _squeue(self, ids: Sequence[str]) -> dict[str, _Row]:
+        """One squeue call for the given job ids (all states, so recently ended jobs
+        still in slurmctld's memory are included)."""
+        rows: dict[str, _Row] = {}
+        by_cluster: dict[str | None, list[str]] = {}
+        for job_id in ids:
+            number, cluster = _split_id(job_id)
+            by_cluster.setdefault(cluster, []).append(number)
+        for cluster, numbers in by_cluster.items():
+            args = ["-h", "-t", "all", "-j", ",".join(numbers), "-O", _SQUEUE_FORMAT]
+            if cluster:
+                args[:0] = ["-M", cluster]
+            done = self.commands.run("squeue", args)
+            if done.returncode != 0 and "invalid job id" not in done.stderr.lower():
+                raise BackendError(f"squeue failed: {done.stderr.strip()}")
+            for row in self._parse_rows(done.stdout):
+                key = f"{row.job_id};{cluster}" if cluster else row.job_id
+                rows[key] = row
+        return rows
+
+    @staticmethod
+    def _parse_rows(text: str) -> list[_Row]:
+        rows = []
+        for line in text.splitlines():
+            parts = line.split("|")
+            if len(parts) < len(_SQUEUE_FIELDS) or line.startswith("CLUSTER:"):
+                continue
+            job_id, state, reason, code, host, output, comment = (
+                p.strip() for p in parts[:len(_SQUEUE_FIELDS)])
+            try:
+                exitcode = exitcode_from_wait_status(int(code))
+            except ValueError:
+                exitcode = None
+            rows.append(_Row(job_id, state, reason, exitcode,
+                             None if host in ("", "(null)") else host,
+                             None if output in ("", "(null)") else output, comment))
+        return rows
+
+    def _scontrol(self, job_id: str) -> JobStatus | None:
+        """A job squeue did not list, from ``scontrol show job`` (None if unknown)."""
+        number, cluster = _split_id(job_id)
+        args = ["-o", "show", "job", number]
+        if cluster:
+            args[:0] = ["-M", cluster]
+        done = self.commands.run("scontrol", args)
+        if done.returncode != 0:
+            return None
+        fields = dict(re.findall(r"(\w+)=(\S*)", done.stdout))
+        if "JobState" not in fields:
+            return None
+        return to_status(fields["JobState"], exitcode_from_pair(fields.get("ExitCode", "")),
+                         fields.get("Reason"))
+
+    def _finish(self, job: Job, status: JobStatus) -> JobStatus:
+        handle = self._handle(job)
+        if status.is_final:
+            if handle.cancelled and status.state is JobState.FAILED:
+                status = replace(status, state=JobState.CANCELLED)
+            handle.final = status
+        return status
+
+    def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:
+        result: dict[str, JobStatus] = {}
+        todo = []
+        for job in jobs:
+            final = self._handle(job).final
+            if final is not None:
+                result[job.id] = final
+            else:
+                todo.append(job)
+        if not todo:
+            return result
+        rows = self._squeue([job.id for job in todo])
+        for job in todo:
+            row = rows.get(job.id)
+            if row is not None:
+                if row.host and not job.host:
+                    job.host = row.host
+                status = to_status(row.state, row.exitcode, row.reason)
+            else:
+                status = self._scontrol(job.id) or JobStatus(
+                    JobState.LOST, None,
+                    "unknown to Slurm (purged after MinJobAge, or never existed)")
+            result[job.id] = self._finish(job, status)
+        return result
+
+    def status(self, job: Job) -> JobStatus:
+        return self.poll([job])[job.id]
+
+    # -- ending ---------------------------------------------------------------------
+    def terminate(self, job: Job, force: bool = False) -> None:
+        handle = self._handle(job)
+        if handle.final is not None:
+            return
+        handle.cancelled = True
+        number, cluster = _split_id(job.id)
+        prefix = ["-M", cluster] if cluster else []
+        if force:
+            # SIGKILL to every process of the job, the batch shell included
+            self.commands.run("scancel", [*prefix, "--full", "--signal=KILL", number])
+        # cancel (SIGTERM, then SIGKILL after KillWait; removes a pending job)
+        done = self.commands.run("scancel", [*prefix, number])
+        if done.returncode != 0:
+            logger.debug("scancel %s: %s", job.id, done.stderr.strip())
+
+    def logs(self, job: Job) -> str:
+        output = self._handle(job).output
+        if not output:
+            return ""
+        try:
+            with open(output, "rb") as log:
+                return log.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def release(self, job: Job) -> None:
+        handle = self._handle(job)
+        if handle.final is None and not self.status(job).is_final:
+            logger.debug("not releasing job %s: it has not ended", job.id)
+            return
+        if handle.output:
+            try:
+                os.unlink(handle.output)
+            except FileNotFoundError:
+                pass
+        with self._lock:
+            self._jobs.pop(job.id, None)
+
+    # -- finding --------------------------------------------------------------------
+    def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
+        """This user's fiber jobs whose labels include ``labels`` and that Slurm still
+        holds: live ones, and ended ones whose output file was not released yet."""
+        args = ["-h", "-t", "all", "--me", "-O", _SQUEUE_FORMAT]
+        if "fiber.run" in labels:
+            args += ["-n", script.job_name(labels)]
+        done = self.commands.run("squeue", args)
+        if done.returncode != 0:
+            raise BackendError(f"squeue failed: {done.stderr.strip()}")
+        jobs = []
+        for row in self._parse_rows(done.stdout):
+            found = script.decode_comment(row.comment)
+            if found is None or any(found.get(k) != v for k, v in labels.items()):
+                continue
+            status = to_status(row.state, row.exitcode, row.reason)
+            if status.is_final and not (row.output and os.path.exists(row.output)):
+                continue
+            name = found.pop(script.NAME_LABEL, "fiber-job")
+            spec = JobSpec(command=[], name=name, labels=found)
+            with self._lock:
+                known = self._jobs.get(row.job_id)
+            handle = known.handle if known is not None else _Handle(row.output)
+            jobs.append(Job(id=row.job_id, backend=self.name, spec=spec, host=row.host,
+                            handle=handle))
+        return jobs
+
+    # -- networking -----------------------------------------------------------------
+    def listen_address(self) -> str:
+        """The address of this host on the route to slurmctld (compute nodes reach
+        the submit host the same way), else the address of this host's name."""
+        if self._address is None:
+            self._address = self._find_address()
+        return self._address
+
+    def _controller_address(self) -> str | None:
+        done = self.commands.run("scontrol", ["show", "config"])
+        match = re.search(r"^SlurmctldHost\[0\]\s*=\s*(\S+)", done.stdout, re.MULTILINE)
+        if not match:
+            return None
+        host = match.group(1)
+        inner = re.fullmatch(r"([^(]+)\(([^)]+)\)", host)
+        return inner.group(2) if inner else host
+
+    def _find_address(self) -> str:
+        try:
+            controller = self._controller_address()
+        except BackendError:
+            controller = None
+        if controller:
+            try:
+                info = socket.getaddrinfo(controller, 6817, type=socket.SOCK_DGRAM)[0]
+                with socket.socket(info[0], socket.SOCK_DGRAM) as probe:
+                    probe.connect(info[4])  # UDP connect: picks a route, sends nothing
+                    return probe.getsockname()[0]
+            except OSError as exc:
+                logger.debug("no route to slurmctld host %s: %s", controller, exc)
+        try:
+            return socket.gethostbyname(socket.gethostname())
+        except OSError:
+            return "127.0.0.1"
+
+    def close(self) -> None:
+        with self._lock:
+            self._jobs.clear()

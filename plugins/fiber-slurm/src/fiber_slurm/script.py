@@ -1,0 +1,116 @@
+"""Rendering a job's batch script from the ``job.sh.template`` file of this package.
+
+The sbatch options become ``#SBATCH`` lines (values double-quoted, as sbatch's
+parser expects), the spec's environment becomes ``export NAME='value'`` lines
+(quoted for the shell) and the command is ``exec``'d so that its exit status and
+signal are the job's.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Mapping, Sequence
+from importlib import resources
+from string import Template
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+
+from fiber.backend import JobCreationError
+from fiber.job import JobSpec
+
+_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME_LABEL = "fiber.name"
+
+
+def template() -> Template:
+    text = resources.files("fiber_slurm").joinpath("job.sh.template").read_text("utf-8")
+    return Template(text)
+
+
+def job_name(labels: Mapping[str, str]) -> str:
+    """The Slurm job name of a job with these labels: ``fiber-<run id>``, so that
+    ``squeue --name`` / ``scancel --name`` find a whole run."""
+    run = labels.get("fiber.run", "norun")
+    return "fiber-" + re.sub(r"[^A-Za-z0-9_.-]", "_", run)
+
+
+def encode_comment(spec: JobSpec) -> str:
+    """The job's ``--comment``: its labels and name, URL-encoded (no spaces, no ``|``)."""
+    return urlencode({**spec.labels, NAME_LABEL: spec.name})
+
+
+def decode_comment(comment: str) -> dict[str, str] | None:
+    """Labels from a comment written by :func:`encode_comment`; None if not ours."""
+    if not comment or comment == "(null)":
+        return None
+    try:
+        labels = dict(parse_qsl(comment, keep_blank_values=True, strict_parsing=True))
+    except ValueError:
+        return None
+    return labels if "fiber.run" in labels else None
+
+
+def _directive(option: str, value: Any = None) -> str:
+    if value is None:
+        return f"#SBATCH {option}"
+    text = str(value)
+    if any(c in text for c in '"\n\r'):
+        raise JobCreationError(f"cannot pass {option}={text!r} to sbatch: the value contains "
+                               "a double quote or a line break")
+    return f'#SBATCH {option}="{text}"'
+
+
+def sbatch_directives(spec: JobSpec, options: Mapping[str, Any], output: str) -> list[str]:
+    """The ``#SBATCH`` lines of ``spec`` under the backend's ``options``."""
+    lines = [
+        _directive("--job-name", job_name(spec.labels)),
+        _directive("--comment", encode_comment(spec)),
+        _directive("--output", output),
+        _directive("--open-mode", "append"),
+        _directive("--export", "ALL"),
+    ]
+    if spec.cwd:
+        lines.append(_directive("--chdir", spec.cwd))
+    if spec.cpu:
+        lines.append(_directive("--cpus-per-task", max(1, math.ceil(spec.cpu))))
+    if spec.memory:
+        lines.append(_directive("--mem", f"{int(spec.memory)}M"))
+    if spec.gpu:
+        lines.append(_directive("--gres", f"gpu:{int(spec.gpu)}"))
+    for key, flag in (("slurm_partition", "--partition"), ("slurm_account", "--account"),
+                      ("slurm_qos", "--qos"), ("slurm_time", "--time"),
+                      ("slurm_constraint", "--constraint")):
+        if options.get(key):
+            lines.append(_directive(flag, options[key]))
+    for extra in options.get("slurm_extra") or []:
+        if "\n" in extra or "\r" in extra:
+            raise JobCreationError(f"slurm_extra option {extra!r} contains a line break")
+        lines.append(f"#SBATCH {extra}")
+    return lines
+
+
+def exports(env: Mapping[str, str]) -> list[str]:
+    lines = []
+    for name, value in env.items():
+        if not _NAME_RE.fullmatch(name):
+            raise JobCreationError(
+                f"environment variable name {name!r} of the job is not a valid shell "
+                "name (letters, digits, underscores, not starting with a digit)")
+        lines.append(f"export {name}={shlex.quote(str(value))}")
+    return lines
+
+
+def render(spec: JobSpec, options: Mapping[str, Any], output: str,
+           command: Sequence[str] | None = None) -> str:
+    """The full batch script of ``spec``."""
+    argv = list(command if command is not None else spec.command)
+    if not argv:
+        raise JobCreationError(f"job {spec.name} has an empty command")
+    return template().substitute(
+        name=spec.name.replace("\n", " "),
+        directives="\n".join(sbatch_directives(spec, options, output)),
+        exports="\n".join(exports(spec.env)),
+        command=shlex.join(argv),
+    )

@@ -1,0 +1,71 @@
+"""Translating Slurm's job states and exit codes into fiber's :class:`JobStatus`."""
+
+from __future__ import annotations
+
+import signal
+
+from fiber.job import JobState, JobStatus
+
+_PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+            "RESV_DEL_HOLD", "POWER_UP_NODE"}
+_RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
+            "RESIZING", "UPDATE_DB"}
+_FAILED = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "SPECIAL_EXIT"}
+_LOST = {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REVOKED"}
+
+
+def signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def exitcode_from_wait_status(raw: int) -> int:
+    """squeue's ``exit_code`` is a wait(2) status: exit code in the high byte, the
+    signal that killed the job's script in the low 7 bits (reported negative)."""
+    if raw & 0x7F:
+        return -(raw & 0x7F)
+    return (raw >> 8) & 0xFF
+
+
+def exitcode_from_pair(text: str) -> int | None:
+    """scontrol's and sacct's ``ExitCode=exit:signal`` (signal wins, negative)."""
+    try:
+        code, _, sig = text.partition(":")
+        code_i, sig_i = int(code), int(sig or 0)
+    except ValueError:
+        return None
+    return -sig_i if sig_i else code_i
+
+
+def to_status(state: str, exitcode: int | None, reason: str | None = None) -> JobStatus:
+    """The fiber status of a Slurm job in ``state`` (e.g. ``"CANCELLED by 0"`` is
+    accepted) with ``exitcode`` already converted (negative = signal)."""
+    state = (state or "").split()[0].rstrip("+").upper() if state else ""
+    slurm_reason = None if reason in (None, "", "None", "(null)") else reason
+    if state in _PENDING:
+        return JobStatus(JobState.PENDING, reason=slurm_reason)
+    if state in _RUNNING:
+        return JobStatus(JobState.RUNNING)
+    if state == "COMPLETED":
+        if exitcode:  # defensive: Slurm says COMPLETED only for exit 0
+            return JobStatus(JobState.FAILED, exitcode, slurm_reason)
+        return JobStatus(JobState.SUCCEEDED, 0)
+    if state == "CANCELLED":
+        # a job cancelled before it ran has no exit status: report SIGTERM like
+        # multiprocessing does for a terminated process
+        return JobStatus(JobState.CANCELLED, exitcode or -signal.SIGTERM, "CANCELLED")
+    if state in _FAILED:
+        if state in ("TIMEOUT", "DEADLINE", "OUT_OF_MEMORY"):
+            why = state
+        elif exitcode is not None and exitcode < 0:
+            why = signal_name(-exitcode)
+        else:
+            why = slurm_reason or state
+        # Slurm says the job failed: never report exit status 0 (or none) for it
+        return JobStatus(JobState.FAILED, exitcode or 1, why)
+    if state in _LOST:
+        return JobStatus(JobState.LOST, exitcode, state)
+    # a state this version does not know: keep watching, say what Slurm says
+    return JobStatus(JobState.RUNNING, reason=state or None)

@@ -1,0 +1,68 @@
+"""The slurm backend's test engine: a one-node Slurm cluster (munged, slurmctld,
+slurmd) on loopback ports, started by scripts/engines/slurm/start.sh in a private
+temporary directory and torn down by scripts/engines/slurm/stop.sh.
+
+``start()`` returns SLURM_CONF (the generated slurm.conf) and the FIBER_SLURM_*
+settings of the tests; ``stop()`` cancels every job, stops the daemons by pid and
+removes the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "engines" / "slurm"
+PARTITION = "fiber"
+SHORT_PARTITION = "fiber-short"  # MaxTime=1 minute, for the time-limit test
+
+_state: str | None = None
+
+
+def _free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind(("127.0.0.1", 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def start() -> dict[str, str]:
+    global _state
+    state = tempfile.mkdtemp(prefix="fiber-slurm-")
+    ctld_port, slurmd_port = _free_ports(2)
+    started = time.monotonic()
+    try:
+        subprocess.run(["bash", str(SCRIPTS / "start.sh"), state, str(ctld_port),
+                        str(slurmd_port)], check=True, stdin=subprocess.DEVNULL)
+    except BaseException:
+        subprocess.run(["bash", str(SCRIPTS / "stop.sh"), state], check=False)
+        raise
+    _state = state
+    os.makedirs(os.path.join(state, "joblogs"), exist_ok=True)
+    print(f"slurm engine started in {time.monotonic() - started:.1f}s ({state})")
+    return {
+        "SLURM_CONF": os.path.join(state, "slurm.conf"),
+        "FIBER_SLURM_PARTITION": PARTITION,
+        "FIBER_SLURM_LOG_DIR": os.path.join(state, "joblogs"),
+        "FIBER_SLURM_POLL_INTERVAL": "0.2",
+        "FIBER_TEST_SLURM_STATE": state,
+        "FIBER_TEST_SLURM_SHORT_PARTITION": SHORT_PARTITION,
+    }
+
+
+def stop() -> None:
+    global _state
+    if _state is None:
+        return
+    state, _state = _state, None
+    subprocess.run(["bash", str(SCRIPTS / "stop.sh"), state], check=False)

@@ -1,0 +1,70 @@
+"""Fixtures of the slurm backend's tests: they run against the real test cluster that
+``pytest --backend slurm`` starts (tests/engines/slurm.py) and are skipped otherwise."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from fiber_slurm import SlurmBackend
+from fiber_slurm.options import OPTIONS
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster(fiber_engine) -> dict[str, str]:
+    if fiber_engine["backend"] != "slurm":
+        pytest.skip("the slurm tests need the test cluster: run pytest --backend slurm")
+    return fiber_engine
+
+
+def slurm_options(**overrides) -> dict:
+    """The backend's typed settings from the environment (FIBER_SLURM_*), as fiber's
+    configuration would compute them, with ``overrides``."""
+    options = {}
+    for option in OPTIONS:
+        raw = os.environ.get(option.env_var)
+        options[option.name] = option.convert(raw, option.env_var) if raw is not None \
+            else option.default
+    options.update(overrides)
+    return options
+
+
+@pytest.fixture
+def make_backend(slurm_cluster) -> Iterator:
+    made: list[SlurmBackend] = []
+
+    def make(**overrides) -> SlurmBackend:
+        backend = SlurmBackend(slurm_options(**overrides))
+        made.append(backend)
+        return backend
+
+    yield make
+    for backend in made:
+        backend.close()
+
+
+@pytest.fixture
+def backend(make_backend) -> SlurmBackend:
+    return make_backend()
+
+
+@pytest.fixture
+def run_id() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+@pytest.fixture
+def squeue_live(slurm_cluster):
+    """``squeue_live(job_name)``: ids of the live (pending, running, completing) jobs
+    named ``job_name``, straight from squeue."""
+
+    def live(job_name: str) -> list[str]:
+        done = subprocess.run(["squeue", "-h", "-n", job_name, "-o", "%i"],
+                              capture_output=True, text=True, check=True)
+        return done.stdout.split()
+
+    return live
