@@ -1,0 +1,50 @@
+"""Registration of the ``docker`` backend and its settings with fiber's hooks.
+
+Settings (each also read from ``FIBER_<NAME>`` and ``.fiberconfig``):
+
+- ``docker_host``: the engine's address (``unix:///path``, ``tcp://host:port``);
+  default ``DOCKER_HOST``, else the engine's default socket.
+- ``docker_network``: run jobs on this Docker network instead of the host's network.
+- ``docker_mount_cwd``: bind-mount the parent's working directory into every job at
+  the same path (default true).
+- ``docker_volumes``: extra mounts, ``HOST:CONTAINER[:ro|rw]`` separated by commas.
+- ``docker_mount_socket``: bind the engine's unix socket into every job so that jobs
+  can start jobs themselves (default true).
+- ``docker_keep_containers``: do not remove ended containers (for debugging).
+
+The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
+"""
+
+from __future__ import annotations
+
+from fiber.hookspecs import hookimpl
+from fiber.options import ConfigOption, parse_bool
+
+from fiber_docker.backend import DockerBackend
+from fiber_docker.volumes import parse_volumes
+
+OPTIONS = [
+    ConfigOption("docker_host", str, None,
+                 "Docker engine address, e.g. unix:///var/run/docker.sock or tcp://host:2375 "
+                 "(default: DOCKER_HOST, else the engine's default socket)"),
+    ConfigOption("docker_network", str, None,
+                 "Docker network of jobs (default: the host's network)"),
+    ConfigOption("docker_mount_cwd", parse_bool, True,
+                 "bind-mount the parent's working directory into jobs at the same path"),
+    ConfigOption("docker_volumes", parse_volumes, None,
+                 "extra mounts of jobs: HOST:CONTAINER[:ro|rw], comma-separated"),
+    ConfigOption("docker_mount_socket", parse_bool, True,
+                 "bind the engine's unix socket into jobs so they can start jobs themselves"),
+    ConfigOption("docker_keep_containers", parse_bool, False,
+                 "keep ended job containers instead of removing them (debugging)"),
+]
+
+
+@hookimpl
+def fiber_backends() -> dict[str, type[DockerBackend]]:
+    return {"docker": DockerBackend}
+
+
+@hookimpl
+def fiber_config_options() -> list[ConfigOption]:
+    return OPTIONS

@@ -1,0 +1,38 @@
+"""The docker backend's test engine for ``pytest --backend docker``: a private dockerd
+and a test image holding this Python and its virtual environment (see
+scripts/engines/docker/engine.py). The editable installs' sources are mounted
+read-only into every container through ``FIBER_DOCKER_VOLUMES``."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import sys
+from pathlib import Path
+
+_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "engines" / "docker" / "engine.py"
+_state: dict | None = None
+
+
+def _engine():
+    spec = importlib.util.spec_from_file_location("fiber_docker_test_engine", _SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def start() -> dict[str, str]:
+    """Bring the engine up and build (or reuse) the image; return FIBER_* settings."""
+    global _state
+    logging.getLogger("fiber.docker").info("starting the docker test engine")
+    settings, _state = _engine().start(sys.executable)
+    return settings
+
+
+def stop() -> None:
+    """Remove every fiber container, stop dockerd, remove temporary files; raise if the
+    tests left containers behind."""
+    global _state
+    state, _state = _state, None
+    if state is not None:
+        _engine().stop(state)
