@@ -4,10 +4,8 @@ a check that every test leaves no process behind on the hosts."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,18 +13,7 @@ from typing import Any
 import pytest
 from fiber import config
 from fiber_ssh.backend import SSHBackend
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _load(name: str, path: Path):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-hosts_script = _load("fiber_ssh_test_hosts", ROOT / "scripts" / "engines" / "ssh" / "hosts.py")
+from ssh_helpers import ROOT, _load, describe, wait_no_leftovers
 
 
 @pytest.fixture(scope="session")
@@ -44,33 +31,6 @@ def ssh_hosts() -> Iterator[dict[str, Any]]:
             os.environ.clear()
             os.environ.update(saved)
             engine.stop()
-
-
-def leftovers(state: dict[str, Any]) -> list[int]:
-    """Processes in the hosts' namespaces other than the listening sshds."""
-    listeners = set(state["sshd_pids"])
-    return [pid for pid in hosts_script.pids_in_namespaces(state["namespaces"])
-            if pid not in listeners]
-
-
-def wait_no_leftovers(state: dict[str, Any], timeout: float = 15.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    left = leftovers(state)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.1)
-        left = leftovers(state)
-    return left
-
-
-def describe(pids: list[int]) -> list[str]:
-    out = []
-    for pid in pids:
-        try:
-            out.append(f"{pid}: " + Path(f"/proc/{pid}/cmdline").read_bytes()
-                       .replace(b"\0", b" ").decode(errors="replace")[:200])
-        except OSError:
-            pass
-    return out
 
 
 @pytest.fixture(scope="session")
@@ -97,3 +57,4 @@ def make_backend(ssh_hosts, ssh_options) -> Iterator[Callable[..., SSHBackend]]:
         backend.close()
     left = wait_no_leftovers(ssh_hosts)
     assert not left, f"processes left on the test hosts: {describe(left)}"
+

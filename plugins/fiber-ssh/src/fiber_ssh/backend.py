@@ -127,9 +127,9 @@ class SSHBackend(Backend):
             if host is None:
                 if self._options.get("ssh_when_full", "wait") == "fail":
                     raise JobCreationError(
-                        f"every slot of the SSH hosts is taken ({self._placement.describe()}), "
-                        f"so job {spec.name} cannot start; wait for jobs to end, add hosts or "
-                        "slots, or set FIBER_SSH_WHEN_FULL=wait to queue jobs"
+                        f"no SSH host has a free slot and enough free memory for job "
+                        f"{spec.name} ({self._placement.describe()}); wait for jobs to end, "
+                        "add hosts or slots, or set FIBER_SSH_WHEN_FULL=wait to queue jobs"
                     )
                 self._jobs[job.id] = job
                 self._pending.append(job)

@@ -159,6 +159,7 @@ class HostConnection:
                 transport_factory=_Transport,
             )
         except paramiko.BadHostKeyException as exc:
+            client.close()
             sock.close()
             raise ClusterUnreachableError(
                 f"the host key of SSH host {spec.name} ({spec.hostname}:{spec.port}) does NOT "
@@ -169,6 +170,7 @@ class HostConnection:
                 f"(ssh-keygen -R '[{spec.hostname}]:{spec.port}' -f {known_path})"
             ) from None
         except paramiko.SSHException as exc:
+            client.close()
             sock.close()
             text = str(exc)
             if "not found in known_hosts" in text:
@@ -178,6 +180,12 @@ class HostConnection:
                     "its key and add it (ssh-keyscan -p PORT HOST >> FILE, or ssh to it once), "
                     "point FIBER_SSH_KNOWN_HOSTS at a file that has it, or set "
                     "FIBER_SSH_ACCEPT_UNKNOWN_HOSTS=true (insecure)"
+                ) from None
+            if "No authentication methods" in text:
+                raise ClusterUnreachableError(
+                    f"no key to log in to SSH host {spec.name} ({spec.hostname}:{spec.port}) "
+                    "with: set FIBER_SSH_KEY_FILE, add an IdentityFile to ~/.ssh/config, or "
+                    "start an ssh-agent"
                 ) from None
             if isinstance(exc, paramiko.AuthenticationException):
                 raise ClusterUnreachableError(
@@ -190,6 +198,7 @@ class HostConnection:
                 f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {text}"
             ) from None
         except OSError as exc:
+            client.close()
             sock.close()
             raise ClusterUnreachableError(
                 f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {exc}"
