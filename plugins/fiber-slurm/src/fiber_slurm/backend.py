@@ -191,6 +191,8 @@ class SlurmBackend(Backend):
             if row is not None:
                 if row.host and not job.host:
                     job.host = row.host
+                if row.output and not self._handle(job).output:
+                    self._handle(job).output = row.output  # a job this instance did not submit
                 status = to_status(row.state, row.exitcode, row.reason)
             else:
                 status = self._scontrol(job.id) or JobStatus(
