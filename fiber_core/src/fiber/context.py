@@ -23,12 +23,13 @@ from fiber.errors import (
 from fiber.connection import Pipe
 from fiber.meta import meta
 from fiber.queues import JoinableQueue, Queue, SimpleQueue
+from fiber.pool import Pool
 from fiber.process import Process, active_children, current_process, parent_process
 
 START_METHODS = ("fiber", "spawn", "forkserver", "fork")
 
 __all__ = [
-    "Process", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "current_process", "parent_process", "active_children", "cpu_count",
+    "Process", "Pool", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "current_process", "parent_process", "active_children", "cpu_count",
     "get_context", "set_start_method", "get_start_method", "get_all_start_methods",
     "freeze_support", "set_executable", "set_forkserver_preload", "allow_connection_pickling",
     "get_logger", "log_to_stderr", "init", "meta",

@@ -121,6 +121,8 @@ class JobPopen:
         self._sentinel: tuple[int, int] | None = None
         self._connected = False
         self._released = False
+        self._callbacks: list = []
+        self._ending = False  # terminate()/kill() was called
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
         payload = serialization.dumps_code(process_obj)
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
@@ -205,7 +207,7 @@ class JobPopen:
                 code = 0
             else:
                 code = -signal.SIGKILL
-            if not self._connected:
+            if not self._connected and not self._ending:
                 logs = ""
                 try:
                     logs = self.backend.logs(self.job)[-LOG_TAIL:]
@@ -232,7 +234,21 @@ class JobPopen:
             if self._sentinel is not None:
                 os.close(self._sentinel[1])
                 self._sentinel = (self._sentinel[0], -1)
+            callbacks, self._callbacks = self._callbacks, []
         self.hub.remove_channel(self.cid)
+        for callback in callbacks:
+            try:
+                callback()
+            except Exception:  # noqa: BLE001
+                logger.exception("process end callback failed")
+
+    def add_done_callback(self, callback) -> None:
+        """Call ``callback()`` once the process has ended (at once if it has)."""
+        with self._lock:
+            if not self._done.is_set():
+                self._callbacks.append(callback)
+                return
+        callback()
 
     def _release(self) -> None:
         with self._lock:
@@ -265,10 +281,12 @@ class JobPopen:
 
     def terminate(self) -> None:
         if not self._done.is_set():
+            self._ending = True
             self.backend.terminate(self.job)
 
     def kill(self) -> None:
         if not self._done.is_set():
+            self._ending = True
             self.backend.terminate(self.job, force=True)
 
     @property

@@ -33,6 +33,31 @@ from fiber.errors import AuthenticationError, ConnectionLostError
 
 logger = logging.getLogger("fiber")
 
+# pynng finalizes nng at exit, while fiber's daemon threads may still sit in nng
+# calls (a blocked recv): nng then aborts the process. The OS reclaims everything at
+# exit anyway, so fiber keeps nng alive until the process ends.
+try:
+    import atexit
+
+    atexit.unregister(pynng.nng._pynng_atexit)
+except AttributeError:  # another pynng version: nothing to undo
+    pass
+
+
+class _Context(pynng.Context):
+    """A pynng context that can be garbage collected after its socket is closed
+    (pynng's own raises from ``__del__`` then)."""
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except pynng.NNGException:
+            pass
+
+    def set_recv_timeout(self, seconds: float | None) -> None:
+        ms = -1 if seconds is None else max(1, int(seconds * 1000))
+        pynng.check_err(pynng.lib.nng_ctx_set_ms(self.context, b"recv-timeout", ms))
+
 _CHANNEL = struct.Struct("<Q")
 MSG = b"M"
 AUTH1 = b"A1"
@@ -215,7 +240,7 @@ class Hub:
         sock = self._sock
         while True:
             try:
-                ctx = sock.new_context()
+                ctx = _Context(sock)
                 self._contexts.add(ctx)
                 msg = ctx.recv_msg()
             except pynng.Closed:
@@ -339,13 +364,17 @@ class Client:
             raise ConnectionLostError(f"the connection to {self.address} is lost")
         try:
             line.send(data)
-            if timeout is not None:
-                line.recv_timeout = max(1, int(timeout * 1000))
-            try:
+            if isinstance(line, _Context):
+                line.set_recv_timeout(timeout)
                 reply = line.recv()
-            finally:
-                if timeout is not None and not self.lost:
-                    _quiet(lambda: setattr(line, "recv_timeout", -1))
+            else:
+                if timeout is not None:
+                    line.recv_timeout = max(1, int(timeout * 1000))
+                try:
+                    reply = line.recv()
+                finally:
+                    if timeout is not None and not self.lost:
+                        _quiet(lambda: setattr(line, "recv_timeout", -1))
         except pynng.Timeout:
             raise ConnectionLostError(
                 f"no answer from {self.address} within {timeout:.1f}s") from None
@@ -380,7 +409,7 @@ class ClientContext:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._ctx = client._sock.new_context()
+        self._ctx = _Context(client._sock)
         client._contexts.add(self._ctx)
 
     def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:

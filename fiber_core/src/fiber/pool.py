@@ -1,0 +1,612 @@
+"""``fiber.Pool``: multiprocessing.Pool's API over job-backed workers.
+
+The master (this process) keeps every task in a *pending table*: queued tasks, and for
+each worker the batches it holds. Workers pull batches over the pool's hub channel,
+keeping one batch in hand while they run another (see :mod:`fiber.pool_worker`).
+When a worker dies (its connection drops, or its job ends), the batches it held go
+back to the front of the queue and a replacement worker is started; the batch it was
+running is split into single items, so a task that kills every worker it lands on
+("poison") fails alone after ``max_task_attempts`` tries with
+:class:`fiber.WorkerLostError`. Workers start asynchronously: tasks flow to the first
+worker that is up. ``resize(n)`` grows or shrinks a running pool.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import os
+import struct
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+from fiber import config, serialization, transport
+from fiber.errors import ProcessStartError, WorkerLostError
+from fiber.pool_results import (
+    ApplyResult,
+    AsyncResult,
+    IMapIterator,
+    IMapUnorderedIterator,
+    MapResult,
+)
+from fiber.pool_worker import CALL, MAP, READY, RESULTS, STARMAP, STOP, TASKS, worker
+from fiber.process import Process
+
+__all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
+           "IMapUnorderedIterator"]
+
+logger = logging.getLogger("fiber")
+
+RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
+MAX_BATCH = 64
+START_FAILURES_LIMIT = 3
+_WORKER = struct.Struct("<Q")
+_FUNC_CACHE = 256
+
+
+class _Task:
+    __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
+                 "alone")
+
+    def __init__(self, tid, fid, kind, payload, sink, start, count) -> None:
+        self.id = tid
+        self.fid = fid
+        self.kind = kind
+        self.payload = payload
+        self.sink = sink
+        self.start = start
+        self.count = count
+        self.attempts = 0
+        self.alone = False
+
+    def describe(self) -> str:
+        if self.kind == CALL:
+            args, kwds = self.payload
+            return f"call with args={args!r:.200} kwds={kwds!r:.100}"
+        return f"item {self.start} ({self.payload[0]!r:.200})"
+
+
+class _Worker:
+    __slots__ = ("id", "process", "peer", "batches", "funcs", "lines", "dispatched",
+                 "stopping", "alive", "connected")
+
+    def __init__(self, wid: int) -> None:
+        self.id = wid
+        self.process: Process | None = None
+        self.peer: int | None = None
+        self.batches: collections.deque[list[_Task]] = collections.deque()
+        self.funcs: set[int] = set()
+        self.lines: list[transport.Request] = []  # parked requests, oldest first
+        self.dispatched = 0
+        self.stopping = False
+        self.alive = True
+        self.connected = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.batches)
+
+
+class _PoolChannel:
+    """Hub channel of one pool; forwards to the pool while it exists."""
+
+    def __init__(self, pool: Pool) -> None:
+        self._pool = weakref.ref(pool)
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        pool = self._pool()
+        if pool is None:
+            request.reply(STOP)
+            return
+        pool._handle(request, payload)
+
+    def peer_gone(self, peer: int) -> None:
+        pool = self._pool()
+        if pool is not None:
+            pool._peer_gone(peer)
+
+
+class Pool:
+    """A pool of job-backed worker processes, as :class:`multiprocessing.pool.Pool`.
+
+    fiber extensions (keyword-only): ``min_processes``/``max_processes`` bound
+    :meth:`resize`; ``max_task_attempts`` (default: the ``max_task_attempts``
+    setting, 3) is how many workers a task may lose before it fails.
+    """
+
+    _wrap_exception = True
+
+    def __init__(self, processes: int | None = None, initializer: Callable | None = None,
+                 initargs: Iterable = (), maxtasksperchild: int | None = None,
+                 context=None, *, min_processes: int | None = None,
+                 max_processes: int | None = None, max_task_attempts: int | None = None):
+        if processes is None:
+            processes = os.cpu_count() or 1
+        if processes < 1:
+            raise ValueError("Number of processes must be at least 1")
+        if maxtasksperchild is not None and (
+                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
+            raise ValueError("maxtasksperchild must be a positive int or None")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        self._min = min_processes or 1
+        self._max = max_processes
+        self._check_size(processes)
+        self._attempts_limit = max_task_attempts or config.get_config().max_task_attempts
+        self._initializer = initializer
+        self._initargs = tuple(initargs)
+        self._maxtasks = maxtasksperchild
+        self._state = RUN
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: collections.deque[_Task] = collections.deque()
+        self._idle_lines: collections.deque[tuple[_Worker, transport.Request]] = \
+            collections.deque()
+        self._workers: dict[int, _Worker] = {}
+        self._processes: list[Process] = []  # every worker started, until joined
+        self._by_peer: dict[int, _Worker] = {}
+        self._target = processes
+        self._task_ids = itertools.count()
+        self._worker_ids = itertools.count(1)
+        self._func_ids = itertools.count()
+        self._funcs: collections.OrderedDict[int, tuple[object, int, bytes]] = \
+            collections.OrderedDict()
+        self._func_bytes: dict[int, bytes] = {}
+        self._start_failures = 0
+        self._broken: BaseException | None = None
+        self._hub = transport.get_hub()
+        self._cid = self._hub.add_channel(_PoolChannel(self))
+        # validate what every worker will receive, once, before starting any
+        serialization.dumps_code((initializer, self._initargs))
+        self._starter = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fiber-pool-start")
+        self._supervisor = threading.Thread(target=self._supervise, daemon=True,
+                                            name="fiber-pool-supervisor")
+        self._supervisor.start()
+        self._finalizer = weakref.finalize(self, Pool._terminate_workers,
+                                           self._processes, self._hub, self._cid)
+
+    # -- size -----------------------------------------------------------------------
+    def _check_size(self, n: int) -> None:
+        if n < self._min or (self._max is not None and n > self._max):
+            raise ValueError(f"pool size {n} is outside its bounds "
+                             f"[{self._min}, {self._max or 'unbounded'}]")
+
+    @property
+    def processes(self) -> int:
+        """fiber extension: the number of workers the pool aims to have."""
+        return self._target
+
+    def resize(self, processes: int) -> None:
+        """fiber extension: grow or shrink the pool while it runs. A worker that is let
+        go finishes the tasks it holds first."""
+        if processes < 1:
+            raise ValueError("Number of processes must be at least 1")
+        self._check_size(processes)
+        with self._lock:
+            self._check_running()
+            self._target = processes
+            live = [w for w in self._workers.values() if w.alive and not w.stopping]
+            extra = len(live) - processes
+            if extra > 0:
+                live.sort(key=lambda w: (w.busy, w.connected))  # idle/unstarted first
+                for w in live[:extra]:
+                    self._retire(w)
+            self._changed.notify_all()
+
+    def _retire(self, w: _Worker) -> None:
+        w.stopping = True
+        if not w.busy:
+            self._stop_lines(w)
+        if not w.connected and w.process is not None:
+            try:
+                w.process.terminate()
+            except Exception:  # noqa: BLE001 - the job may already be gone
+                logger.debug("terminating unstarted worker failed", exc_info=True)
+
+    # -- workers --------------------------------------------------------------------
+    def _supervise(self) -> None:
+        while True:
+            with self._lock:
+                while True:
+                    if self._state == TERMINATE:
+                        return
+                    live = sum(1 for w in self._workers.values() if w.alive and not w.stopping)
+                    need = self._target - live
+                    if self._state == CLOSE and not self._unfinished():
+                        need = 0
+                        if not any(w.alive for w in self._workers.values()):
+                            return
+                    if need > 0 and self._broken is None:
+                        break
+                    self._changed.wait()
+                new = []
+                for _ in range(need):
+                    w = _Worker(next(self._worker_ids))
+                    self._workers[w.id] = w
+                    new.append(w)
+            for w in new:
+                self._starter.submit(self._start_worker, w)
+
+    def _start_worker(self, w: _Worker) -> None:
+        process = Process(target=worker, name=f"PoolWorker-{w.id}", daemon=True,
+                          args=(self._hub.address, self._cid, w.id, self._initializer,
+                                self._initargs))
+        try:
+            process.start()
+        except Exception as exc:  # noqa: BLE001 - the pool reports it through results
+            logger.error("cannot start a pool worker: %s", exc)
+            self._break(exc)
+            with self._lock:
+                w.alive = False
+                self._workers.pop(w.id, None)
+            return
+        w.process = process
+        with self._lock:
+            self._processes[:] = [p for p in self._processes if p.exitcode is None]
+            self._processes.append(process)
+        process._popen.add_done_callback(lambda: self._worker_ended(w))
+
+    def _worker_ended(self, w: _Worker) -> None:
+        popen = w.process._popen if w.process is not None else None
+        if popen is not None and popen.start_error is not None and not w.connected:
+            with self._lock:
+                self._start_failures += 1
+                failures = self._start_failures
+            if failures >= START_FAILURES_LIMIT:
+                self._break(popen.start_error)
+        self._lose(w)
+
+    def _break(self, exc: BaseException) -> None:
+        """Workers cannot be started: fail everything waiting, refuse new work."""
+        with self._lock:
+            if self._broken is None:
+                self._broken = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            tasks = list(self._queue)
+            self._queue.clear()
+            self._changed.notify_all()
+        for task in tasks:
+            task.sink._set(task.start, task.count, False, self._broken)
+
+    def _lose(self, w: _Worker) -> None:
+        """A worker is gone: put its tasks back, fail the ones out of attempts."""
+        failed = []
+        with self._lock:
+            if not w.alive:
+                return
+            w.alive = False
+            self._workers.pop(w.id, None)
+            if w.peer is not None:
+                self._by_peer.pop(w.peer, None)
+            running = w.batches.popleft() if w.batches else []
+            later = [t for batch in w.batches for t in batch]
+            w.batches.clear()
+            retry = []
+            for task in running:
+                task.attempts += 1
+                if task.attempts >= self._attempts_limit:
+                    failed.append(task)
+                else:
+                    retry.extend(self._split(task))
+            if running:
+                logger.warning("pool worker %d died holding %d task(s); requeued %d",
+                               w.id, len(running) + len(later), len(retry) + len(later))
+            for task in reversed(retry + later):
+                self._queue.appendleft(task)
+            self._changed.notify_all()
+            self._dispatch_waiting()
+        for task in failed:
+            error = WorkerLostError(
+                f"pool task {task.describe()} failed: {task.attempts} worker(s) died "
+                "while running it (it may crash or exhaust its worker)")
+            task.sink._set(task.start, task.count, False, error)
+
+    def _split(self, task: _Task) -> list[_Task]:
+        """A chunk that was running when its worker died runs again item by item."""
+        if task.kind == CALL or task.count == 1:
+            task.alone = True
+            return [task]
+        parts = []
+        for offset, item in enumerate(task.payload):
+            part = _Task(next(self._task_ids), task.fid, task.kind, [item], task.sink,
+                         task.start + offset, 1)
+            part.attempts = task.attempts
+            part.alone = True
+            parts.append(part)
+        return parts
+
+    def _peer_gone(self, peer: int) -> None:
+        with self._lock:
+            w = self._by_peer.get(peer)
+        if w is not None:
+            self._lose(w)
+
+    # -- the channel (hub thread) ---------------------------------------------------
+    def _handle(self, request: transport.Request, payload: memoryview) -> None:
+        op = bytes(payload[:1])
+        wid = _WORKER.unpack_from(payload, 1)[0]
+        done: list[tuple[_Task, bool, object]] = []
+        with self._lock:
+            w = self._workers.get(wid)
+            if w is None or not w.alive:
+                request.reply(STOP)
+                return
+            if op == READY:
+                if not w.connected:
+                    w.connected = True
+                    w.peer = request.peer
+                    self._by_peer[request.peer] = w
+                    self._start_failures = 0
+            elif op == RESULTS:
+                results = serialization.loads(payload[1 + _WORKER.size:])
+                batch = w.batches.popleft() if w.batches else []
+                by_id = {t.id: t for t in batch}
+                for tid, ok, value in results:
+                    task = by_id.pop(tid, None)
+                    if task is not None:
+                        done.append((task, ok, value))
+            else:
+                request.reply(b"unknown pool request", transport.ERROR)
+                return
+            self._offer(w, request)
+            if self._state == CLOSE and not self._unfinished():
+                self._changed.notify_all()
+        for task, ok, value in done:
+            if not ok:
+                value = serialization.unpack_exception(value)
+            task.sink._set(task.start, task.count, ok, value)
+
+    def _unfinished(self) -> bool:
+        return bool(self._queue) or any(w.busy for w in self._workers.values())
+
+    def _offer(self, w: _Worker, request: transport.Request) -> None:
+        """A worker's request line is free: give it work, park it, or stop it."""
+        if w.stopping or (self._maxtasks is not None and w.dispatched >= self._maxtasks):
+            w.stopping = True
+            w.lines.append(request)
+            if not w.busy:
+                self._stop_lines(w)
+                self._changed.notify_all()
+            return
+        if self._queue:
+            self._send_batch(w, request)
+            return
+        if self._state != RUN and not self._unfinished():
+            request.reply(STOP)
+            self._stop_idle()
+            return
+        w.lines.append(request)
+        if not w.busy and len(w.lines) == 1:
+            self._idle_lines.append((w, request))
+        if self._state != RUN:
+            self._stop_idle()
+
+    def _stop_lines(self, w: _Worker) -> None:
+        lines, w.lines = w.lines, []
+        for line in lines:
+            line.reply(STOP)
+
+    def _stop_idle(self) -> None:
+        if self._unfinished():
+            return
+        for w in list(self._workers.values()):
+            if not w.busy:
+                self._stop_lines(w)
+
+    def _send_batch(self, w: _Worker, request: transport.Request) -> None:
+        alive = max(1, sum(1 for x in self._workers.values() if x.connected and x.alive))
+        first = self._queue.popleft()
+        batch = [first]
+        if not first.alone:
+            size = min(MAX_BATCH, len(self._queue) // (2 * alive))
+            if self._maxtasks is not None:
+                size = min(size, self._maxtasks - w.dispatched - 1)
+            while size > 0 and self._queue and not self._queue[0].alone:
+                batch.append(self._queue.popleft())
+                size -= 1
+        wire = []
+        for task in batch:
+            if task.fid in w.funcs:
+                code = None
+            else:
+                code = self._func_bytes[task.fid]
+                w.funcs.add(task.fid)
+            wire.append((task.id, task.fid, code, task.kind, task.payload))
+        try:
+            data = serialization.dumps(wire)
+        except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
+            for task in batch:
+                task.sink._set(task.start, task.count, False, exc)
+            self._offer(w, request)
+            return
+        w.batches.append(batch)
+        w.dispatched += len(batch)
+        if not request.reply(TASKS + data):
+            w.batches.pop()  # the worker is gone; _lose will not see this batch
+            w.dispatched -= len(batch)
+            for task in reversed(batch):
+                self._queue.appendleft(task)
+
+    def _dispatch_waiting(self) -> None:
+        """Queued tasks and parked lines: hand them out, idle workers first."""
+        while self._queue:
+            line = self._next_line()
+            if line is None:
+                return
+            w, request = line
+            self._send_batch(w, request)
+
+    def _next_line(self) -> tuple[_Worker, transport.Request] | None:
+        while self._idle_lines:
+            w, request = self._idle_lines.popleft()
+            if w.alive and not w.stopping and request in w.lines:
+                w.lines.remove(request)
+                return w, request
+        for w in self._workers.values():
+            if w.alive and not w.stopping and w.lines:
+                return w, w.lines.pop(0)
+        return None
+
+    # -- submitting -----------------------------------------------------------------
+    def _check_running(self) -> None:
+        if self._state != RUN:
+            raise ValueError("Pool not running")
+        if self._broken is not None:
+            raise self._broken
+
+    def _func_id(self, func) -> int:
+        key = id(func)
+        entry = self._funcs.get(key)
+        if entry is not None and entry[0] is func:
+            self._funcs.move_to_end(key)
+            return entry[1]
+        code = serialization.dumps_code(func)
+        fid = next(self._func_ids)
+        self._funcs[key] = (func, fid, code)
+        self._func_bytes[fid] = code
+        if len(self._funcs) > _FUNC_CACHE:
+            _, (_, old, _) = self._funcs.popitem(last=False)
+            self._func_bytes.pop(old, None)  # workers that have it keep it
+        return fid
+
+    def _submit(self, tasks: list[_Task]) -> None:
+        with self._lock:
+            self._check_running()
+            self._queue.extend(tasks)
+            self._dispatch_waiting()
+
+    def _chunks(self, func, iterable, chunksize, kind, sink_factory):
+        items = list(iterable)
+        if chunksize is None:
+            chunksize, extra = divmod(len(items), self._target * 4)
+            if extra:
+                chunksize += 1
+        chunksize = max(1, int(chunksize))
+        sink = sink_factory(len(items))
+        with self._lock:
+            self._check_running()
+            fid = self._func_id(func)
+            tasks = [_Task(next(self._task_ids), fid, kind, items[i:i + chunksize], sink, i,
+                           len(items[i:i + chunksize]))
+                     for i in range(0, len(items), chunksize)]
+        self._submit(tasks)
+        return sink
+
+    def apply(self, func, args=(), kwds=None):
+        """``func(*args, **kwds)`` in a worker; waits for the result."""
+        return self.apply_async(func, args, kwds).get()
+
+    def apply_async(self, func, args=(), kwds=None, callback=None, error_callback=None):
+        result = ApplyResult(callback, error_callback)
+        with self._lock:
+            self._check_running()
+            fid = self._func_id(func)
+            task = _Task(next(self._task_ids), fid, CALL, (tuple(args), dict(kwds or {})),
+                         result, 0, 1)
+            self._queue.append(task)
+            self._dispatch_waiting()
+        return result
+
+    def map(self, func, iterable, chunksize=None):
+        return self.map_async(func, iterable, chunksize).get()
+
+    def map_async(self, func, iterable, chunksize=None, callback=None, error_callback=None):
+        return self._chunks(func, iterable, chunksize, MAP,
+                            lambda n: MapResult(n, callback, error_callback))
+
+    def starmap(self, func, iterable, chunksize=None):
+        return self.starmap_async(func, iterable, chunksize).get()
+
+    def starmap_async(self, func, iterable, chunksize=None, callback=None,
+                      error_callback=None):
+        return self._chunks(func, [tuple(x) for x in iterable], chunksize, STARMAP,
+                            lambda n: MapResult(n, callback, error_callback))
+
+    def imap(self, func, iterable, chunksize=1):
+        """Results in input order as they arrive (the iterable is read at once)."""
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize}")
+        return self._chunks(func, iterable, chunksize, MAP, IMapIterator)
+
+    def imap_unordered(self, func, iterable, chunksize=1):
+        """Results in the order they finish (the iterable is read at once)."""
+        if chunksize < 1:
+            raise ValueError(f"Chunksize must be 1+, not {chunksize}")
+        return self._chunks(func, iterable, chunksize, MAP, IMapUnorderedIterator)
+
+    # -- ending ---------------------------------------------------------------------
+    def close(self) -> None:
+        """No more tasks; workers exit once every submitted task is done."""
+        with self._lock:
+            if self._state == RUN:
+                self._state = CLOSE
+                self._stop_idle()
+                self._changed.notify_all()
+
+    def terminate(self) -> None:
+        """Stop the workers now; results still pending fail."""
+        with self._lock:
+            if self._state == TERMINATE:
+                return
+            self._state = TERMINATE
+            tasks = list(self._queue)
+            self._queue.clear()
+            for w in self._workers.values():
+                for batch in w.batches:
+                    tasks.extend(batch)
+            self._changed.notify_all()
+        error = ValueError("the pool was terminated before this task finished")
+        for task in tasks:
+            task.sink._set(task.start, task.count, False, error)
+        self._finalizer()
+        self._starter.shutdown(wait=False)
+
+    @staticmethod
+    def _terminate_workers(processes: list, hub: transport.Hub, cid: int) -> None:
+        hub.remove_channel(cid)
+        processes = list(processes)
+        for p in processes:
+            try:
+                p.terminate()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        for p in processes:
+            try:
+                p.join(5)
+                if p.exitcode is None:
+                    p.kill()
+                    p.join(5)
+            except Exception:  # noqa: BLE001 - a worker that never started
+                pass
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after close() or terminate())."""
+        if self._state == RUN:
+            raise ValueError("Pool is still running")
+        if self._state == CLOSE:
+            self._supervisor.join()
+            with self._lock:
+                processes = list(self._processes)
+            for p in processes:
+                try:
+                    p.join()
+                except ProcessStartError:
+                    pass
+            self._finalizer()
+        self._starter.shutdown(wait=True)
+
+    def __enter__(self) -> Pool:
+        self._check_running()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.terminate()
+
+    def __repr__(self) -> str:
+        return f"<fiber.Pool state={self._state} pool_size={self._target}>"
+
+    def __reduce__(self):
+        raise NotImplementedError(
+            "pool objects cannot be passed between processes or pickled")

@@ -1,0 +1,157 @@
+"""Result objects of :class:`fiber.Pool`, with multiprocessing.pool's semantics:
+``ApplyResult`` (``AsyncResult``), ``MapResult``, ``IMapIterator`` and
+``IMapUnorderedIterator``. Each receives the outcome of its tasks through
+``_set(start, count, ok, value)``; callbacks run in the parent, on the thread that
+delivered the last result (so they should return quickly, as in multiprocessing)."""
+
+from __future__ import annotations
+
+import collections
+import threading
+
+from fiber.errors import TimeoutError
+
+
+class ApplyResult:
+    """The result of ``apply_async``; also the base of MapResult."""
+
+    def __init__(self, callback=None, error_callback=None) -> None:
+        self._event = threading.Event()
+        self._callback = callback
+        self._error_callback = error_callback
+        self._success = False
+        self._value = None
+
+    def ready(self) -> bool:
+        return self._event.is_set()
+
+    def successful(self) -> bool:
+        if not self.ready():
+            raise ValueError(f"{self!r} not ready")
+        return self._success
+
+    def wait(self, timeout: float | None = None) -> None:
+        self._event.wait(timeout)
+
+    def get(self, timeout: float | None = None):
+        self.wait(timeout)
+        if not self.ready():
+            raise TimeoutError
+        if self._success:
+            return self._value
+        raise self._value
+
+    def _finish(self, ok: bool, value) -> None:
+        self._success, self._value = ok, value
+        if ok and self._callback is not None:
+            self._callback(value)
+        if not ok and self._error_callback is not None:
+            self._error_callback(value)
+        self._event.set()
+
+    def _set(self, start: int, count: int, ok: bool, value) -> None:
+        self._finish(ok, value)
+
+
+AsyncResult = ApplyResult
+
+
+class MapResult(ApplyResult):
+    """The result of ``map_async``/``starmap_async``: a list in input order, or the
+    first failure."""
+
+    def __init__(self, length: int, callback=None, error_callback=None) -> None:
+        super().__init__(callback, error_callback)
+        self._values: list = [None] * length
+        self._left = length
+        self._lock = threading.Lock()
+        if length == 0:
+            self._finish(True, [])
+
+    def _set(self, start: int, count: int, ok: bool, value) -> None:
+        with self._lock:
+            if self._event.is_set():
+                return
+            if ok:
+                self._values[start:start + count] = value
+                self._left -= count
+                done = self._left == 0
+            else:
+                done = True
+        if done:
+            self._finish(ok, self._values if ok else value)
+
+
+class IMapIterator:
+    """The iterator of ``imap``: results in input order, as they become available."""
+
+    def __init__(self, length: int) -> None:
+        self._cond = threading.Condition()
+        self._length = length
+        self._next = 0
+        self._outcomes: dict[int, tuple[bool, object]] = {}
+
+    def __iter__(self):
+        return self
+
+    def _set(self, start: int, count: int, ok: bool, value) -> None:
+        with self._cond:
+            if ok:
+                for offset, item in enumerate(value):
+                    self._outcomes[start + offset] = (True, item)
+            else:
+                self._outcomes[start] = (False, value)
+                for offset in range(1, count):  # the chunk failed as a whole
+                    self._outcomes[start + offset] = (False, value)
+            self._cond.notify_all()
+
+    def _ready(self) -> bool:
+        return self._next >= self._length or self._next in self._outcomes
+
+    def next(self, timeout: float | None = None):
+        with self._cond:
+            if not self._cond.wait_for(self._ready, timeout):
+                raise TimeoutError
+            if self._next >= self._length:
+                raise StopIteration
+            ok, value = self._outcomes.pop(self._next)
+            self._next += 1
+        if ok:
+            return value
+        raise value
+
+    __next__ = next
+
+
+class IMapUnorderedIterator(IMapIterator):
+    """The iterator of ``imap_unordered``: results in the order they finish."""
+
+    def __init__(self, length: int) -> None:
+        super().__init__(length)
+        self._arrived: collections.deque = collections.deque()
+
+    def _set(self, start: int, count: int, ok: bool, value) -> None:
+        with self._cond:
+            if ok:
+                self._arrived.extend((True, item) for item in value)
+            else:
+                self._arrived.extend((False, value) for _ in range(count))
+            self._cond.notify_all()
+
+    def _ready(self) -> bool:
+        return self._next >= self._length or bool(self._arrived)
+
+    def next(self, timeout: float | None = None):
+        with self._cond:
+            if not self._cond.wait_for(self._ready, timeout):
+                raise TimeoutError
+            if self._next >= self._length:
+                raise StopIteration
+            ok, value = self._arrived.popleft()
+            self._next += 1
+        if ok:
+            return value
+        raise value
+
+    __next__ = next
+

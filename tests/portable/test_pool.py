@@ -1,0 +1,209 @@
+"""fiber.Pool on the selected backend: the multiprocessing.Pool API, errors with
+remote tracebacks, dead workers, poison tasks, resizing, cleanup."""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import pytest
+
+import fiber
+
+
+def square(x):
+    return x * x
+
+
+def slow_square(x):
+    time.sleep(0.002)
+    return x * x
+
+
+def fail_on_three(x):
+    if x == 3:
+        raise ValueError(f"three is bad ({x})")
+    return x
+
+
+def die_on_seven(x):
+    if x == 7:
+        os._exit(13)
+    return x
+
+
+def pid_of(_):
+    time.sleep(0.05)
+    return os.getpid()
+
+
+def _init(value):
+    global INIT_VALUE
+    INIT_VALUE = value
+
+
+def read_init(_):
+    return INIT_VALUE
+
+
+@pytest.fixture
+def pool():
+    p = fiber.Pool(3)
+    yield p
+    p.terminate()
+    p.join()
+
+
+def test_map_apply_starmap_imap(pool):
+    assert pool.map(square, range(50)) == [x * x for x in range(50)]
+    assert pool.map(square, range(50), chunksize=1) == [x * x for x in range(50)]
+    assert pool.map(square, []) == []
+    assert pool.apply(square, (9,)) == 81
+    assert pool.apply(int, ("ff",), {"base": 16}) == 255
+    assert pool.starmap(pow, [(2, 5), (3, 2)]) == [32, 9]
+    assert pool.starmap_async(pow, [(2, 2)]).get(60) == [4]
+    assert list(pool.imap(square, range(20), chunksize=3)) == [x * x for x in range(20)]
+    assert sorted(pool.imap_unordered(slow_square, range(20))) == sorted(
+        x * x for x in range(20))
+    assert pool.map(lambda x: x + 1, range(5)) == [1, 2, 3, 4, 5]
+
+
+def test_async_results_and_callbacks(pool):
+    seen, errors = [], []
+    r = pool.apply_async(square, (4,), callback=seen.append)
+    assert r.get(60) == 16 and r.ready() and r.successful()
+    m = pool.map_async(square, range(5), callback=seen.append)
+    m.wait(60)
+    assert m.get() == [0, 1, 4, 9, 16]
+    e = pool.apply_async(fail_on_three, (3,), error_callback=errors.append)
+    with pytest.raises(ValueError, match="three is bad"):
+        e.get(60)
+    assert not e.successful()
+    assert seen == [16, [0, 1, 4, 9, 16]]
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+    slow = pool.apply_async(time.sleep, (5,))
+    with pytest.raises(fiber.TimeoutError):
+        slow.get(0.1)
+    with pytest.raises(ValueError):
+        slow.successful()
+    it = pool.imap(time.sleep, [5])
+    with pytest.raises(fiber.TimeoutError):
+        it.next(timeout=0.1)
+
+
+def test_task_exception_has_remote_traceback_and_worker_survives(pool):
+    with pytest.raises(ValueError) as info:
+        pool.map(fail_on_three, range(6), chunksize=1)
+    assert "fail_on_three" in str(info.value.__cause__)
+    assert pool.map(square, range(3)) == [0, 1, 4]
+
+
+def test_initializer_runs_in_every_worker():
+    with fiber.Pool(2, initializer=_init, initargs=("ready",)) as p:
+        assert set(p.map(read_init, range(6))) == {"ready"}
+
+
+def test_maxtasksperchild_replaces_workers():
+    with fiber.Pool(2, maxtasksperchild=2) as p:
+        pids = p.map(pid_of, range(8), chunksize=1)
+        assert len(set(pids)) >= 4
+
+
+def test_context_manager_and_close_join():
+    p = fiber.Pool(2)
+    results = p.map_async(square, range(10))
+    p.close()
+    with pytest.raises(ValueError):
+        p.apply_async(square, (1,))
+    p.join()
+    assert results.get(1) == [x * x for x in range(10)]
+    assert not any(c.is_alive() for c in fiber.active_children())
+    with pytest.raises(ValueError):
+        fiber.Pool(0)
+
+
+@pytest.mark.slow
+def test_killed_workers_lose_nothing():
+    """Workers are killed at random (job ends with SIGKILL) during a long map; the
+    pool requeues their tasks and replaces them: the result equals the serial one."""
+    n = int(os.environ.get("FIBER_TEST_KILL_TASKS", "10000"))
+    pool = fiber.Pool(4)
+    stop = threading.Event()
+    kills = []
+
+    def killer():
+        rnd = random.Random(7)
+        while not stop.wait(0.4):
+            live = [w for w in list(pool._workers.values())
+                    if w.connected and w.alive and w.process is not None]
+            if live:
+                victim = rnd.choice(live)
+                victim.process.kill()
+                kills.append(victim.id)
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        result = pool.map(slow_square, range(n), chunksize=1)
+    finally:
+        stop.set()
+        thread.join()
+    assert result == [x * x for x in range(n)]
+    assert len(kills) >= 2
+    pool.terminate()
+    pool.join()
+
+
+def test_poison_task_fails_alone():
+    with fiber.Pool(2, max_task_attempts=3) as p:
+        r = p.map_async(die_on_seven, range(12), chunksize=3)
+        with pytest.raises(fiber.WorkerLostError, match="item 7"):
+            r.get(180)
+        ok = p.apply_async(die_on_seven, (1,))
+        poison = p.apply_async(die_on_seven, (7,))
+        assert ok.get(120) == 1
+        with pytest.raises(fiber.WorkerLostError):
+            poison.get(180)
+        assert p.map(square, range(4)) == [0, 1, 4, 9]
+
+
+def test_resize_grow_and_shrink():
+    p = fiber.Pool(1, max_processes=4)
+    try:
+        assert p.map(square, range(4)) == [0, 1, 4, 9]
+        p.resize(3)
+        pids = set(p.map(pid_of, range(30), chunksize=1))
+        assert len(pids) >= 2
+        p.resize(1)
+        assert p.map(square, range(10)) == [x * x for x in range(10)]
+        deadline = time.monotonic() + 60
+        while len([w for w in p._workers.values() if w.alive]) > 1:
+            assert time.monotonic() < deadline, "shrunk workers did not exit"
+            time.sleep(0.1)
+        with pytest.raises(ValueError):
+            p.resize(5)
+    finally:
+        p.terminate()
+        p.join()
+
+
+def test_terminate_ends_every_worker():
+    p = fiber.Pool(3)
+    p.map(square, range(10))
+    workers = [w.process for w in p._workers.values()]
+    pending = p.apply_async(time.sleep, (30,))
+    p.terminate()
+    p.join()
+    for proc in workers:
+        assert proc.exitcode is not None
+    with pytest.raises(ValueError):
+        pending.get(10)
+
+
+def test_two_pools_at_once():
+    with fiber.Pool(2) as a, fiber.Pool(2) as b:
+        ra = a.map_async(square, range(20))
+        rb = b.map_async(slow_square, range(20))
+        assert ra.get(120) == rb.get(120)
