@@ -1,0 +1,76 @@
+"""Command line: ``python -m bench run --quick|--full [--contenders a,b] [--backend NAME]``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import logging
+import os
+import sys
+from pathlib import Path
+
+from bench import runner
+
+logger = logging.getLogger("fiber.bench")
+
+
+def _engine(name: str):
+    path = runner.REPO / "tests" / "engines" / f"{name}.py"
+    if not path.exists():
+        raise SystemExit(f"no test engine for backend {name!r}: {path} does not exist "
+                         "(start the engine yourself and set FIBER_BACKEND instead)")
+    spec = importlib.util.spec_from_file_location(f"fiber_bench_engine_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the benchmarks and write results")
+    mode = r.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--quick", dest="mode", action="store_const", const="quick",
+                      help="small sizes, 3 repetitions (under 5 minutes)")
+    mode.add_argument("--full", dest="mode", action="store_const", const="full",
+                      help="every size, 5 repetitions (tens of minutes)")
+    mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
+                      help="minimal sizes, 1 repetition: checks the machinery (for tests)")
+    r.add_argument("--contenders", help="comma-separated names (default: all installed)")
+    r.add_argument("--backend", help="measure fiber on this backend: starts and stops its "
+                   "test engine via tests/engines/NAME.py (compared with mp-fork)")
+    r.add_argument("--out", type=Path, help="directory for latest.json and the plots "
+                   "(default bench/results)")
+    r.add_argument("--results-md", type=Path, help="Markdown file (default bench/RESULTS.md)")
+    r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    names = args.contenders.split(",") if args.contenders else None
+    engine = None
+    if args.backend and args.backend != "local":
+        engine = _engine(args.backend)
+        settings = engine.start()
+        os.environ.update(settings)
+        os.environ["FIBER_BACKEND"] = args.backend
+        names = names or ["fiber", "mp-fork"]
+    try:
+        data = runner.run(args.mode, names=names, out_dir=args.out, results_md=args.results_md,
+                          plots=not args.no_plots, command=runner.command_line(argv))
+    except ValueError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    finally:
+        if engine is not None:
+            engine.stop()
+    failed = [n for n, s in data["contenders"].items() if s["status"] == "failed"]
+    logger.info("done in %.0f s; failed: %s", data["meta"]["elapsed_seconds"],
+                ", ".join(failed) or "none")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

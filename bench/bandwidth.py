@@ -1,0 +1,104 @@
+"""Bandwidth of Pipe and Queue transfers of numpy arrays, against a memory copy.
+
+The parent sends an array to a child process, which receives it (unpickling it
+into a new array) and answers with its size; the time from send to answer gives
+GB/s. A plain ``numpy.copyto`` of the same array is the physical bound: a transfer
+between processes copies at least that much.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import numpy as np
+
+
+def pipe_echo(conn: Any) -> None:
+    """Child: answer every array received on ``conn`` with its size; stop on None."""
+    while True:
+        obj = conn.recv()
+        if obj is None:
+            return
+        conn.send(obj.nbytes)
+
+
+def queue_echo(inbox: Any, outbox: Any) -> None:
+    """Child: answer every array taken from ``inbox`` with its size; stop on None."""
+    while True:
+        obj = inbox.get()
+        if obj is None:
+            return
+        outbox.put(obj.nbytes)
+
+
+def _repeats(nbytes: int, budget_bytes: int) -> int:
+    return max(3, min(20, budget_bytes // max(nbytes, 1)))
+
+
+def memcpy(sizes_mb: list[int], budget_mb: int) -> dict:
+    """GB/s of ``numpy.copyto`` per array size."""
+    out = {}
+    for mb in sizes_mb:
+        src = np.ones(mb * 2**20, dtype=np.uint8)
+        dst = np.empty_like(src)
+        np.copyto(dst, src)
+        samples = []
+        for _ in range(_repeats(src.nbytes, budget_mb * 2**20)):
+            t0 = time.perf_counter()
+            np.copyto(dst, src)
+            samples.append(time.perf_counter() - t0)
+        out[f"copy/{mb}MB"] = src.nbytes / statistics.median(samples) / 1e9
+    return out
+
+
+def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
+    """GB/s of Pipe and Queue transfers per array size, using ``module``'s
+    Process/Pipe/Queue (multiprocessing or fiber)."""
+    out: dict[str, float] = {}
+    parent, child = module.Pipe()
+    p = module.Process(target=pipe_echo, args=(child,))
+    p.start()
+    try:
+        parent.send(np.ones(1024, dtype=np.uint8))
+        parent.recv()
+        for mb in sizes_mb:
+            arr = np.ones(mb * 2**20, dtype=np.uint8)
+            samples = []
+            for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
+                t0 = time.perf_counter()
+                parent.send(arr)
+                got = parent.recv()
+                samples.append(time.perf_counter() - t0)
+                assert got == arr.nbytes
+            out[f"pipe/{mb}MB"] = arr.nbytes / statistics.median(samples) / 1e9
+        parent.send(None)
+        p.join(60)
+    finally:
+        if p.is_alive():
+            p.terminate()
+            p.join(10)
+    inbox, outbox = module.Queue(), module.Queue()
+    p = module.Process(target=queue_echo, args=(inbox, outbox))
+    p.start()
+    try:
+        inbox.put(np.ones(1024, dtype=np.uint8))
+        outbox.get(timeout=120)
+        for mb in sizes_mb:
+            arr = np.ones(mb * 2**20, dtype=np.uint8)
+            samples = []
+            for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
+                t0 = time.perf_counter()
+                inbox.put(arr)
+                got = outbox.get(timeout=300)
+                samples.append(time.perf_counter() - t0)
+                assert got == arr.nbytes
+            out[f"queue/{mb}MB"] = arr.nbytes / statistics.median(samples) / 1e9
+        inbox.put(None)
+        p.join(60)
+    finally:
+        if p.is_alive():
+            p.terminate()
+            p.join(10)
+    return out

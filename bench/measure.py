@@ -1,0 +1,171 @@
+"""The measurements, run inside a benchmark worker process against one session.
+
+Each function performs one repetition and returns plain numbers (seconds, rates,
+bytes) keyed by metric name; the orchestrator collects repetitions and takes medians.
+"""
+
+from __future__ import annotations
+
+import logging
+import resource
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from bench import tasks
+from bench.contenders import Session
+
+logger = logging.getLogger("fiber.bench")
+
+
+def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return time.perf_counter() - t0, out
+
+
+def overhead(session: Session, workers: int, durations: list[float], ideal: float,
+             give_up_ratio: float) -> tuple[dict, dict]:
+    """Fiber paper's overhead test: ``workers*ideal/d`` sleeps of ``d`` (ideal time ``ideal``),
+    as one map (framework default chunk size and chunksize=1) and as sequential rounds of
+    ``workers`` concurrent calls. Durations run longest first; a pattern that already took
+    more than ``give_up_ratio`` x ideal is not repeated with shorter tasks (it would only
+    take longer): it is returned in the second dict with the reason."""
+    out: dict[str, float] = {}
+    skipped: dict[str, str] = {}
+    slow: dict[str, str] = {}
+    for d in sorted(durations, reverse=True):
+        n = round(workers * ideal / d)
+        key = f"{d * 1000:g}ms"
+        runs = {
+            "map_default": (session.map, tasks.sleep, [d] * n, None),
+            "map_cs1": (session.map, tasks.sleep, [d] * n, 1),
+            "rounds": (_rounds, session, d, workers, round(ideal / d)),
+        }
+        for pattern, (fn, *args) in runs.items():
+            if pattern in slow:
+                skipped[f"{pattern}/{key}"] = slow[pattern]
+                continue
+            t, _ = _timed(fn, *args)
+            out[f"{pattern}/{key}"] = t
+            if t > give_up_ratio * ideal:
+                slow[pattern] = (f"not run: already {t / ideal:.1f}x ideal with "
+                                 f"{key} tasks")
+    return out, skipped
+
+
+def _rounds(session: Session, d: float, workers: int, count: int) -> None:
+    for _ in range(count):
+        session.round(tasks.sleep, [d] * workers)
+
+
+def throughput(session: Session, target_seconds: float, max_tasks: int) -> dict:
+    """Empty tasks per second through ``map``, chunksize=1 and the default. The task
+    count is sized from a first small probe so each measurement lasts about
+    ``target_seconds``."""
+    out: dict[str, float] = {}
+    for label, cs in (("cs1", 1), ("default", None)):
+        probe = 100
+        t, _ = _timed(session.map, tasks.noop, list(range(probe)), cs)
+        n = int(min(max_tasks, max(probe, probe / max(t, 1e-6) * target_seconds)))
+        t, res = _timed(session.map, tasks.noop, list(range(n)), cs)
+        assert list(res) == list(range(n)), "map returned wrong results"
+        out[f"tasks_per_s/{label}"] = n / t
+        out[f"tasks/{label}"] = n
+    return out
+
+
+def latency(session: Session, calls: int, max_seconds: float = 10.0) -> dict:
+    """Round trip of one ``apply_async(noop).get()`` (median and 90th percentile) over
+    ``calls`` calls, or fewer (at least 10) when they take more than ``max_seconds``."""
+    for _ in range(min(20, calls)):
+        session.call(tasks.noop, 1)
+    samples: list[float] = []
+    deadline = time.monotonic() + max_seconds
+    for i in range(calls):
+        if len(samples) >= 10 and time.monotonic() > deadline:
+            break
+        t, r = _timed(session.call, tasks.noop, i)
+        assert r == i
+        samples.append(t)
+    samples.sort()
+    return {"median_us": statistics.median(samples) * 1e6,
+            "p90_us": samples[int(0.9 * (len(samples) - 1))] * 1e6, "calls": len(samples)}
+
+
+def cold_start(start: Callable[[int], Session], n: int, timeout: float) -> dict:
+    """Seconds from asking for a pool of ``n`` to every one of its ``n`` workers having
+    run a task (a file-system barrier makes each worker take exactly one), and the
+    seconds ``close()`` takes."""
+    barrier_dir = tempfile.mkdtemp(prefix="fiber-bench-barrier-")
+    try:
+        t0 = time.perf_counter()
+        session = start(n)
+        try:
+            pids = session.map(tasks.barrier, [(barrier_dir, n, timeout)] * n, 1)
+            up = time.perf_counter() - t0
+        finally:
+            t1 = time.perf_counter()
+            session.close()
+            down = time.perf_counter() - t1
+        if len(set(pids)) != n:
+            raise RuntimeError(f"{len(set(pids))} distinct workers ran the {n} barrier tasks")
+        return {"seconds": up, "close_seconds": down}
+    finally:
+        shutil.rmtree(barrier_dir, ignore_errors=True)
+
+
+def _cpu_seconds() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_per_worker: int) -> dict:
+    """``Pool(n)`` running ``n*tasks_per_worker`` sleeps of ``task_seconds`` (chunksize=1):
+    efficiency (ideal/actual), the parent's CPU seconds per task, start time, and memory
+    of the parent and of one idle worker (RSS, and USS: the pages only it holds)."""
+    import psutil
+
+    t0 = time.perf_counter()
+    session = start(n)
+    try:
+        pids = session.map(tasks.getpid, list(range(n)), 1)
+        started = time.perf_counter() - t0
+        count = n * tasks_per_worker
+        cpu0 = _cpu_seconds()
+        t, _ = _timed(session.map, tasks.sleep, [task_seconds] * count, 1)
+        cpu = _cpu_seconds() - cpu0
+        me = psutil.Process()
+        out = {"start_seconds": started, "seconds": t,
+               "efficiency": task_seconds * tasks_per_worker / t,
+               "parent_cpu_ms_per_task": cpu / count * 1000,
+               "parent_rss_mb": me.memory_info().rss / 2**20}
+        worker = psutil.Process(max(set(pids), key=pids.count))
+        info = worker.memory_full_info()
+        out["worker_rss_mb"] = info.rss / 2**20
+        out["worker_uss_mb"] = info.uss / 2**20
+        out["distinct_workers"] = len(set(pids))
+        return out
+    finally:
+        session.close()
+
+
+def _start_join(p: Any) -> None:
+    p.start()
+    p.join()
+
+
+def process_start(module: Any, count: int) -> dict:
+    """Median seconds of ``Process(target=noop).start(); join()`` (job start latency)."""
+    samples = []
+    for _ in range(count):
+        p = module.Process(target=tasks.noop)
+        t, _ = _timed(_start_join, p)
+        if p.exitcode != 0:
+            raise RuntimeError(f"noop process exited with {p.exitcode}")
+        samples.append(t)
+    return {"median_ms": statistics.median(samples) * 1000, "min_ms": min(samples) * 1000}
+

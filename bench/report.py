@@ -1,0 +1,420 @@
+"""Turning results into bench/RESULTS.md and PNG plots."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+logger = logging.getLogger("fiber.bench")
+
+BASELINE = "mp-fork"
+TARGETS_TEXT = {
+    "overhead_1ms": "map overhead at 1 ms tasks <= 1.10x ideal",
+    "rounds_1ms": "sequential rounds at 1 ms <= 1.35x ideal",
+    "latency": "round trip <= 130 us",
+    "throughput": "throughput (chunksize=1) >= multiprocessing's",
+    "cold_50": "cold start of 50 workers < 1.0 s",
+    "bandwidth_100": "Pipe bandwidth at 100 MB within 2x of a memory copy",
+}
+
+
+def _fmt(v: float | None, digits: int = 3) -> str:
+    if v is None:
+        return "-"
+    if v == 0:
+        return "0"
+    if abs(v) >= 100:
+        return f"{v:,.0f}"
+    return f"{v:.{digits}g}"
+
+
+def _ratio(v: float | None, base: float | None) -> str:
+    if v is None or not base:
+        return ""
+    return f" ({v / base:.2f}x)"
+
+
+def _fiber_name(data: dict) -> str | None:
+    for name in data["contenders"]:
+        if name.startswith("fiber"):
+            return name
+    return None
+
+
+def _get(data: dict, bench: str, name: str | None, metric: str) -> float | None:
+    if name is None:
+        return None
+    return data["summary"]["medians"].get(bench, {}).get(name, {}).get(metric)
+
+
+def _ran(data: dict, kind: str) -> list[str]:
+    seen: list[str] = []
+    for r in data["runs"]:
+        if r["kind"] == kind and r["contender"] not in seen:
+            seen.append(r["contender"])
+    return seen
+
+
+def _errors_for(data: dict, benches: list[str], names: list[str]) -> list[str]:
+    errors = data["summary"]["errors"]
+    lines = []
+    for key in sorted(errors):
+        if not any(key == b or key.startswith(b + "/") for b in benches):
+            continue
+        for n in names:
+            if n in errors[key]:
+                lines.append(f"- {n}, {key}: {errors[key][n]}")
+    return lines
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def targets(data: dict) -> list[tuple[str, float | None, str, bool | None]]:
+    """(target, fiber's value, how it compares, met?) for every target."""
+    f = _fiber_name(data)
+    ideal = data["meta"]["config"]["ideal"]
+    out: list[tuple[str, float | None, str, bool | None]] = []
+
+    def add(key: str, value: float | None, limit: float, unit: str, higher_ok: bool) -> None:
+        if value is None:
+            out.append((TARGETS_TEXT[key], None, "not measured", None))
+            return
+        met = value >= limit if higher_ok else value <= limit
+        margin = value / limit
+        out.append((TARGETS_TEXT[key], value, f"{_fmt(value)}{unit} vs {_fmt(limit)}{unit} "
+                     f"({margin:.2f} of the limit)", met))
+
+    v = _get(data, "overhead", f, "map_default/1ms")
+    add("overhead_1ms", v / ideal if v else None, 1.10, "x", False)
+    v = _get(data, "overhead", f, "rounds/1ms")
+    add("rounds_1ms", v / ideal if v else None, 1.35, "x", False)
+    add("latency", _get(data, "latency", f, "median_us"), 130, " us", False)
+    base = _get(data, "throughput", BASELINE, "tasks_per_s/cs1")
+    v = _get(data, "throughput", f, "tasks_per_s/cs1")
+    if base is None:
+        out.append((TARGETS_TEXT["throughput"], v, "multiprocessing not measured", None))
+    else:
+        add("throughput", v, base, " tasks/s", True)
+    add("cold_50", _get(data, "cold_start/50", f, "seconds"), 1.0, " s", False)
+    copy = _get(data, "bandwidth", "memcpy", "copy/100MB")
+    v = _get(data, "bandwidth", f, "pipe/100MB")
+    if copy is None or v is None:
+        out.append((TARGETS_TEXT["bandwidth_100"], None, "not measured", None))
+    else:
+        add("bandwidth_100", v, copy / 2, " GB/s", True)
+    return out
+
+
+def markdown(data: dict) -> str:
+    """The whole RESULTS.md."""
+    meta, cfg, mach = data["meta"], data["meta"]["config"], data["meta"]["machine"]
+    lines = [
+        "# fiber benchmark results", "",
+        f"Measured {meta['date']} with `{meta['command'] or 'python -m bench run'}` "
+        f"({meta['mode']} mode, {cfg['reps']} repetitions, medians quoted; contenders "
+        "interleaved round-robin in one run, each measurement in a fresh process). "
+        f"The run took {meta.get('elapsed_seconds', 0):.0f} s.", "",
+        f"Machine: {mach['nproc']} CPUs ({mach['cpu_model']}), {mach['memory_gib']} GiB memory, "
+        f"{mach['platform']}; load average {', '.join(f'{x:.2f}' for x in mach['loadavg'])} "
+        f"at the start, {', '.join(f'{x:.2f}' for x in meta.get('loadavg_end', []))} at the end. "
+        f"fiber backend: `{meta['fiber_backend']}`.", "",
+        "Versions: " + ", ".join(f"{k} {v}" for k, v in mach["versions"].items()) + ".", "",
+        "Ratios in parentheses are to `multiprocessing.Pool` with the fork context "
+        f"(`{BASELINE}`, Linux's default) unless said otherwise.", "",
+        "## Contenders", "",
+    ]
+    lines += _table(["contender", "what", "status", "note"], [
+        [n, s["description"], s["status"], s["note"]] for n, s in data["contenders"].items()])
+    f = _fiber_name(data)
+    lines += ["", "## Targets for fiber (local backend)", ""]
+    if f is None or data["contenders"][f]["status"] != "ran":
+        lines.append("fiber was not measured in this run (see Contenders).")
+    else:
+        rows = [[t, detail, {True: "met", False: "**not met**", None: "-"}[met]]
+                for t, _, detail, met in targets(data)]
+        lines += _table(["target", "fiber", "met?"], rows)
+    lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
+              *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
+              *_backends(data), ""]
+    return "\n".join(lines)
+
+
+def _overhead(data: dict) -> list[str]:
+    cfg = data["meta"]["config"]
+    ideal, w = cfg["ideal"], cfg["workers"]
+    names = _ran(data, "pool")
+    keys = [f"{d * 1000:g}ms" for d in cfg["durations"]]
+    header = ["contender"]
+    for k in keys:
+        header += [f"map {k}", f"map cs=1 {k}", f"rounds {k}"]
+    rows = []
+    for n in names:
+        row = [n]
+        for k in keys:
+            for pat in ("map_default", "map_cs1", "rounds"):
+                v = _get(data, "overhead", n, f"{pat}/{k}")
+                base = _get(data, "overhead", BASELINE, f"{pat}/{k}")
+                row.append("-" if v is None else f"{v / ideal:.3f}{_ratio(v, base)}")
+        rows.append(row)
+    out = ["## 1. Framework overhead", "",
+           f"{w} workers run {w}x{ideal:g}/d tasks of `time.sleep(d)`: ideal time {ideal:g} s. "
+           "Cells: actual time / ideal (1.000 = no overhead), then the ratio to multiprocessing. "
+           "`map` = one `Pool.map` with the framework's default chunk size, `cs=1` with "
+           f"chunksize=1, `rounds` = {ideal:g}/d sequential rounds of {w} `apply_async` + `get` "
+           "(the RL pattern). Ray tasks, dask and ipyparallel have no chunk size (one task per "
+           "item); pyspark's default is one partition per worker.", ""]
+    out += _table(header, rows)
+    out += _errors_for(data, ["start", "overhead"], names)
+    out += ["", "![overhead](results/overhead.png)"]
+    return out
+
+
+def _throughput(data: dict) -> list[str]:
+    names = _ran(data, "pool")
+    rows = []
+    for n in names:
+        row = [n]
+        for lab in ("cs1", "default"):
+            v = _get(data, "throughput", n, f"tasks_per_s/{lab}")
+            row.append(_fmt(v) + _ratio(v, _get(data, "throughput", BASELINE, f"tasks_per_s/{lab}")))
+        rows.append(row)
+    out = ["## 2. Empty-task throughput", "",
+           "Tasks per second of `map(noop, range(n))` (n sized to last about "
+           f"{data['meta']['config']['throughput_seconds']:g} s).", ""]
+    out += _table(["contender", "tasks/s, chunksize=1", "tasks/s, default chunksize"], rows)
+    out += _errors_for(data, ["throughput"], names)
+    out += ["", "![throughput](results/throughput.png)"]
+    return out
+
+
+def _latency(data: dict) -> list[str]:
+    names = _ran(data, "pool")
+    rows = []
+    for n in names:
+        v = _get(data, "latency", n, "median_us")
+        rows.append([n, _fmt(v) + _ratio(v, _get(data, "latency", BASELINE, "median_us")),
+                     _fmt(_get(data, "latency", n, "p90_us"))])
+    out = ["## 3. Round-trip latency", "",
+           "`apply_async(noop).get()` on an idle pool, microseconds "
+           f"({data['meta']['config']['latency_calls']} calls).", ""]
+    out += _table(["contender", "median us", "p90 us"], rows)
+    out += _errors_for(data, ["latency"], names)
+    out += ["", "![latency](results/latency.png)"]
+    return out
+
+
+def _cold(data: dict) -> list[str]:
+    cfg = data["meta"]["config"]
+    names = _ran(data, "pool")
+    rows = []
+    for n in names:
+        row = [n]
+        for size in cfg["cold_sizes"]:
+            b = f"cold_start/{size}"
+            v = _get(data, b, n, "seconds")
+            row.append(_fmt(v) + _ratio(v, _get(data, b, BASELINE, "seconds")))
+            row.append(_fmt(_get(data, b, n, "close_seconds")))
+        rows.append(row)
+    header = ["contender"]
+    for size in cfg["cold_sizes"]:
+        header += [f"{size} workers, s", f"close {size}, s"]
+    out = ["## 4. Cold start", "",
+           "Seconds from creating the pool (including starting the framework's runtime: Ray, "
+           "dask's cluster, Spark's JVM, ipyparallel's controller; not including importing the "
+           "framework) until each of its N workers has run one task (a file-system barrier "
+           "makes every worker take exactly one), and the seconds `close()`/shutdown takes.", ""]
+    out += _table(header, rows)
+    out += _errors_for(data, [f"cold_start/{s}" for s in cfg["cold_sizes"]], names)
+    out += ["", "![cold start](results/cold_start.png)"]
+    return out
+
+
+def _bandwidth(data: dict) -> list[str]:
+    cfg = data["meta"]["config"]
+    names = [n for n in _ran(data, "ipc") if n != "mp-spawn"]
+    rows = []
+    for n in names:
+        for how in (("copy",) if n == "memcpy" else ("pipe", "queue")):
+            row = [f"{n} {how}" if n != "memcpy" else "memory copy (numpy.copyto)"]
+            for mb in cfg["bw_sizes"]:
+                v = _get(data, "bandwidth", n, f"{how}/{mb}MB")
+                copy = _get(data, "bandwidth", "memcpy", f"copy/{mb}MB")
+                row.append(_fmt(v) + ("" if n == "memcpy" else _ratio(v, copy)))
+            rows.append(row)
+    out = ["## 5. Bandwidth", "",
+           "GB/s of sending a numpy array to a child process and getting its size back, "
+           "through a Pipe and through a Queue; ratios are to the memory copy (the physical "
+           "bound: a transfer between processes copies the data at least once).", ""]
+    out += _table(["transfer"] + [f"{mb} MB" for mb in cfg["bw_sizes"]], rows)
+    out += _errors_for(data, ["bandwidth"], names)
+    out += ["", "![bandwidth](results/bandwidth.png)"]
+    return out
+
+
+def _process(data: dict) -> list[str]:
+    names = _ran(data, "ipc")
+    rows = []
+    for n in names:
+        v = _get(data, "process_start", n, "median_ms")
+        if v is not None:
+            rows.append([n, _fmt(v) + _ratio(v, _get(data, "process_start", BASELINE, "median_ms")),
+                         _fmt(_get(data, "process_start", n, "min_ms"))])
+    out = ["## Process start latency", "",
+           "`Process(target=noop).start(); join()`, milliseconds (for fiber: one job on its "
+           "backend, from creation to its exit being known).", ""]
+    out += _table(["contender", "median ms", "min ms"], rows)
+    out += _errors_for(data, ["process_start"], [n for n in names if n != "memcpy"])
+    return out
+
+
+def _scale(data: dict) -> list[str]:
+    cfg = data["meta"]["config"]
+    names = _ran(data, "scale")
+    rows = []
+    for size in cfg["scale_sizes"]:
+        b = f"scale/{size}"
+        for n in names:
+            m = data["summary"]["medians"].get(b, {}).get(n)
+            if not m:
+                continue
+            base = _get(data, b, BASELINE, "parent_cpu_ms_per_task")
+            rows.append([str(size), n, f"{m['efficiency']:.3f}",
+                         _fmt(m["parent_cpu_ms_per_task"]) + _ratio(m["parent_cpu_ms_per_task"], base),
+                         _fmt(m["start_seconds"]), _fmt(m["parent_rss_mb"]),
+                         _fmt(m["worker_rss_mb"]), _fmt(m["worker_uss_mb"])])
+    out = ["## 6. Scale", "",
+           f"`Pool(N)` runs {cfg['scale_tasks_per_worker']}N tasks of `time.sleep("
+           f"{cfg['scale_task_seconds']:g})` with chunksize=1 (ideal "
+           f"{cfg['scale_tasks_per_worker'] * cfg['scale_task_seconds']:g} s). Efficiency = "
+           "ideal/actual; the parent's CPU time (all its threads) per task; start = seconds "
+           "until all N workers answered a first task; memory in MB: the parent's RSS and one "
+           "idle worker's RSS and USS (pages only that worker holds: forked workers share most "
+           "of theirs with the parent).", ""]
+    out += _table(["N", "contender", "efficiency", "parent CPU ms/task", "start s",
+                   "parent RSS", "worker RSS", "worker USS"], rows)
+    out += _errors_for(data, [f"scale/{s}" for s in cfg["scale_sizes"]], names)
+    out += ["", "![scale](results/scale.png)"]
+    return out
+
+
+def _backends(data: dict) -> list[str]:
+    out = ["## 7. Backend plugins", ""]
+    b = data["meta"]["fiber_backend"]
+    installed = data["meta"].get("backends_installed", [])
+    if b != "local":
+        out.append(f"This run used the `{b}` backend: the fiber rows above are fiber[{b}] "
+                   "(Pool overhead, throughput, latency, cold start, process = job start).")
+    others = [x for x in installed if x not in ("local", b)]
+    if others:
+        out.append("Installed but not measured in this run (their engines were not running): "
+                   + ", ".join(f"`{x}`" for x in others) + ". Measure one with "
+                   "`python -m bench run --quick --backend NAME` (starts and stops its test "
+                   "engine through tests/engines/NAME.py).")
+    elif b == "local":
+        out.append("No backend plugin besides `local` was installed for this run.")
+    return out
+
+
+def plots(data: dict, out_dir: Path) -> list[Path]:
+    """Write the PNG plots; returns their paths (none when matplotlib is missing)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning("matplotlib is not installed: no plots")
+        return []
+    cfg = data["meta"]["config"]
+    med = data["summary"]["medians"]
+    written = []
+
+    def save(fig, name: str) -> None:
+        path = out_dir / name
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+
+    names = _ran(data, "pool")
+    if med.get("overhead"):
+        keys = [f"{d * 1000:g}ms" for d in cfg["durations"]]
+        pats = [("map_default", "map"), ("map_cs1", "map cs=1"), ("rounds", "rounds")]
+        fig, axes = plt.subplots(1, len(pats), figsize=(4.2 * len(pats), 4), sharey=True)
+        width = 0.8 / max(1, len(names))
+        for ax, (pat, title) in zip(axes, pats, strict=True):
+            for i, n in enumerate(names):
+                ys = [(med["overhead"].get(n, {}).get(f"{pat}/{k}") or 0) / cfg["ideal"]
+                      for k in keys]
+                ax.bar([j + i * width for j in range(len(keys))], ys, width, label=n)
+            ax.axhline(1.0, color="black", lw=0.8)
+            ax.set_xticks([j + width * (len(names) - 1) / 2 for j in range(len(keys))], keys)
+            ax.set_title(title)
+            ax.set_yscale("log")
+        axes[0].set_ylabel("time / ideal (log)")
+        axes[-1].legend(fontsize=7)
+        save(fig, "overhead.png")
+    for bench, metric, ylabel, fname in (
+            ("throughput", "tasks_per_s/cs1", "empty tasks/s (chunksize=1)", "throughput.png"),
+            ("latency", "median_us", "round trip, us", "latency.png")):
+        got = [(n, med.get(bench, {}).get(n, {}).get(metric)) for n in names]
+        got = [(n, v) for n, v in got if v]
+        if got:
+            fig, ax = plt.subplots(figsize=(7, 3.8))
+            ax.bar([n for n, _ in got], [v for _, v in got],
+                   color=["tab:red" if n.startswith("fiber") else "tab:blue" for n, _ in got])
+            ax.set_ylabel(ylabel)
+            ax.set_yscale("log")
+            ax.tick_params(axis="x", rotation=35)
+            save(fig, fname)
+    series = {n: [(s, med.get(f"cold_start/{s}", {}).get(n, {}).get("seconds"))
+                  for s in cfg["cold_sizes"]] for n in names}
+    if any(v for pts in series.values() for _, v in pts):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n, pts in series.items():
+            pts = [(s, v) for s, v in pts if v]
+            if pts:
+                ax.plot(*zip(*pts, strict=True), marker="o", label=n)
+        ax.set_xlabel("workers")
+        ax.set_ylabel("seconds until every worker ran a task")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+        save(fig, "cold_start.png")
+    bw = med.get("bandwidth", {})
+    if bw:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for n, m in bw.items():
+            for how in ("copy", "pipe", "queue"):
+                pts = [(mb, m.get(f"{how}/{mb}MB")) for mb in cfg["bw_sizes"]]
+                pts = [(x, y) for x, y in pts if y]
+                if pts:
+                    label = "memory copy" if how == "copy" else f"{n} {how}"
+                    ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+        ax.set_xscale("log")
+        ax.set_xlabel("array size, MB")
+        ax.set_ylabel("GB/s")
+        ax.legend(fontsize=7)
+        save(fig, "bandwidth.png")
+    snames = _ran(data, "scale")
+    if any(med.get(f"scale/{s}") for s in cfg["scale_sizes"]):
+        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+        for n in snames:
+            pts = [(s, med.get(f"scale/{s}", {}).get(n)) for s in cfg["scale_sizes"]]
+            pts = [(s, m) for s, m in pts if m]
+            if pts:
+                a1.plot([s for s, _ in pts], [m["efficiency"] for _, m in pts], marker="o", label=n)
+                a2.plot([s for s, _ in pts], [m["parent_cpu_ms_per_task"] for _, m in pts],
+                        marker="o", label=n)
+        for ax in (a1, a2):
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("workers N")
+        a1.set_ylabel("efficiency (ideal / actual)")
+        a2.set_ylabel("parent CPU ms per task")
+        a1.legend(fontsize=7)
+        save(fig, "scale.png")
+    return written

@@ -1,0 +1,202 @@
+"""The orchestrator: runs every benchmark for every contender, interleaved.
+
+For each repetition, each benchmark kind runs once per contender, the contenders
+rotated by one place per repetition so slow drifts of machine load hit all alike.
+Each (repetition, kind, contender) runs in a fresh ``python -m bench.worker``
+process with a time limit; its failure is recorded as a note, never fatal.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench import contenders as cmod
+from bench import machine
+
+logger = logging.getLogger("fiber.bench")
+
+REPO = Path(__file__).resolve().parent.parent
+
+MODES: dict[str, dict] = {
+    "smoke": {
+        "reps": 1, "workers": 2, "durations": [0.01], "ideal": 0.1,
+        "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20,
+        "cold_sizes": [2], "heavy_cap": 2, "barrier_timeout": 60,
+        "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
+        "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
+        "give_up_ratio": 3.0, "heavy_reps": 1,
+    },
+    "quick": {
+        "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
+        "throughput_seconds": 0.5, "throughput_max": 20000, "latency_calls": 200,
+        "cold_sizes": [5, 50], "heavy_cap": 5, "barrier_timeout": 120,
+        "scale_sizes": [32, 128], "scale_task_seconds": 0.5, "scale_tasks_per_worker": 2,
+        "bw_sizes": [1, 16, 100], "bw_budget_mb": 400, "process_count": 10, "timeout": 300,
+        "give_up_ratio": 3.0, "heavy_reps": 1,
+    },
+    "full": {
+        "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
+        "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000,
+        "cold_sizes": [5, 50, 256], "heavy_cap": 50, "barrier_timeout": 600,
+        "scale_sizes": [32, 128, 256, 512, 1024], "scale_task_seconds": 1.0,
+        "scale_tasks_per_worker": 2,
+        "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
+        "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3,
+    },
+}
+# Benchmark kinds and which contenders take part in each.
+IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    env.setdefault("PYTHONWARNINGS", "ignore")
+    return env
+
+
+def _installed_backends() -> list[str]:
+    try:
+        from fiber import plugins
+
+        return sorted(plugins.backends())
+    except Exception as exc:  # noqa: BLE001 - only informative
+        logger.warning("cannot list fiber backends: %s", exc)
+        return []
+
+
+def run_worker(kind: str, contender: str, cfg: dict) -> dict:
+    """Run one benchmark job in a fresh process; never raises."""
+    fd, out = tempfile.mkstemp(prefix="fiber-bench-", suffix=".json")
+    os.close(fd)
+    spec = json.dumps({"kind": kind, "contender": contender, "config": cfg})
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "bench.worker", spec, out], cwd=REPO,
+                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        _, stderr = proc.communicate(timeout=cfg["timeout"])
+        result = json.loads(Path(out).read_text() or "{}")
+        if not result:
+            result = {"metrics": {}, "errors": {
+                "worker": f"exited {proc.returncode}: {stderr.strip()[-400:]}"}}
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: ours alone
+        proc.communicate()
+        result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"}}
+    except json.JSONDecodeError:
+        result = {"metrics": {}, "errors": {"worker": f"exited {proc.returncode} without results"}}
+    finally:
+        Path(out).unlink(missing_ok=True)
+    result["wall_seconds"] = time.perf_counter() - t0
+    return result
+
+
+def plan(names: list[str] | None) -> tuple[dict[str, list[str]], dict, set[str]]:
+    """The contenders of each benchmark kind, a status note for every contender asked
+    for, and the names of the heavy ones."""
+    status: dict[str, dict] = {}
+    jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": []}
+    heavy = set()
+    for c in cmod.by_name(names):
+        why = c.missing("pool")
+        status[c.name] = {"description": c.description, "status": "skipped" if why else "ran",
+                          "note": why or ""}
+        if c.heavy:
+            heavy.add(c.name)
+        if not why:
+            jobs["pool"] += [c.name] if "pool" in c.groups else []
+            jobs["scale"] += [c.name] if "scale" in c.groups else []
+        if (c.name.startswith("fiber") or c.name in IPC_CONTENDERS) and not c.missing("ipc"):
+            jobs["ipc"].append(c.name)
+            if why:
+                status[c.name].update(status="partly",
+                                      note=why + "; its Pipe/Queue/Process were measured")
+    jobs["ipc"].append("memcpy")
+    return jobs, status, heavy
+
+
+def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
+        results_md: Path | None = None, plots: bool = True, command: str = "") -> dict:
+    """Run the suite and write the JSON, the Markdown table and the plots."""
+    from bench import report
+
+    cfg = dict(MODES[mode])
+    out_dir = out_dir or REPO / "bench" / "results"
+    results_md = results_md or REPO / "bench" / "RESULTS.md"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    jobs, status, heavy = plan(names)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    meta = {"mode": mode, "config": cfg, "command": command,
+            "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine.describe(),
+            "fiber_backend": os.environ.get("FIBER_BACKEND", "local"),
+            "backends_installed": _installed_backends()}
+    runs = []
+    broken: set[tuple[str, str]] = set()
+    for rep in range(cfg["reps"]):
+        for kind, members in jobs.items():
+            if not members:
+                continue
+            k = rep % len(members)
+            for name in members[k:] + members[:k]:
+                if (kind, name) in broken:
+                    continue
+                if kind == "pool" and rep >= cfg["heavy_reps"] and name in heavy:
+                    continue
+                logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
+                res = run_worker(kind, name, dict(cfg, rep=rep))
+                res.update({"kind": kind, "contender": name, "rep": rep})
+                runs.append(res)
+                errs = res.get("errors", {})
+                if "worker" in errs or "start" in errs:
+                    # Cannot start (or hangs): no point repeating it.
+                    broken.add((kind, name))
+                    first = errs.get("worker") or errs.get("start")
+                    if name in status:
+                        status[name].update(status="failed", note=f"{kind}: {first}")
+                    logger.warning("%s %s failed: %s", kind, name, first)
+    meta["loadavg_end"] = list(os.getloadavg())
+    meta["elapsed_seconds"] = (datetime.datetime.now(datetime.timezone.utc)
+                               - started).total_seconds()
+    data = {"meta": meta, "contenders": status, "runs": runs, "summary": summarize(runs)}
+    (out_dir / "latest.json").write_text(json.dumps(data, indent=1, default=str))
+    results_md.write_text(report.markdown(data))
+    if plots:
+        report.plots(data, out_dir)
+    return data
+
+
+def summarize(runs: list[dict]) -> dict:
+    """``{bench: {contender: {metric: median over repetitions}}}`` plus the last error."""
+    values: dict[str, dict[str, dict[str, list[float]]]] = {}
+    errors: dict[str, dict[str, str]] = {}
+    for r in runs:
+        for bench, metrics in r.get("metrics", {}).items():
+            slot = values.setdefault(bench, {}).setdefault(r["contender"], {})
+            for m, v in metrics.items():
+                slot.setdefault(m, []).append(v)
+        for bench, err in r.get("errors", {}).items():
+            errors.setdefault(bench, {})[r["contender"]] = err
+    summary: dict = {}
+    for bench, per in values.items():
+        for name, metrics in per.items():
+            summary.setdefault(bench, {})[name] = {
+                m: statistics.median(v) for m, v in metrics.items()}
+            summary[bench][name]["reps"] = max(len(v) for v in metrics.values())
+    return {"medians": summary, "errors": errors}
+
+
+def command_line(argv: list[str]) -> str:
+    return "python -m bench " + " ".join(shlex.quote(a) for a in argv)

@@ -1,0 +1,129 @@
+"""One benchmark job in a fresh process: ``python -m bench.worker SPEC_JSON OUT_JSON``.
+
+The orchestrator runs every (repetition, benchmark kind, contender) in its own
+process so that contenders cannot disturb each other (leftover threads, daemons,
+imported modules) and a hung contender can be killed without losing the run. The
+result file holds ``{"metrics": {bench: {metric: value}}, "errors": {bench: text}}``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+import traceback
+from typing import Any
+
+from bench import measure
+from bench.contenders import by_name
+
+logger = logging.getLogger("fiber.bench")
+
+
+def _record(result: dict, bench: str, fn: Any) -> None:
+    try:
+        result["metrics"][bench] = fn()
+    except Exception as exc:  # noqa: BLE001 - a contender's failure is a result, not a crash
+        logger.warning("%s failed: %s", bench, exc)
+        result["errors"][bench] = f"{type(exc).__name__}: {exc}".strip()[:500]
+        result["tracebacks"][bench] = traceback.format_exc()[-4000:]
+
+
+def _overhead(session: Any, cfg: dict, result: dict) -> dict:
+    metrics, skipped = measure.overhead(session, cfg["workers"], cfg["durations"],
+                                        cfg["ideal"], cfg["give_up_ratio"])
+    for key, why in skipped.items():
+        result["errors"][f"overhead/{key}"] = why
+    return metrics
+
+
+def run_pool(name: str, cfg: dict, result: dict) -> None:
+    contender = by_name([name])[0]
+    workers = cfg["workers"]
+    t0 = time.perf_counter()
+    try:
+        session = contender.start(workers)
+        session.map(measure.tasks.noop, list(range(workers * 4)), 1)
+    except Exception as exc:  # noqa: BLE001
+        result["errors"]["start"] = f"{type(exc).__name__}: {exc}"[:500]
+        result["tracebacks"]["start"] = traceback.format_exc()[-4000:]
+        return
+    result["metrics"]["start"] = {"seconds": time.perf_counter() - t0}
+    try:
+        _record(result, "overhead", lambda: _overhead(session, cfg, result))
+        _record(result, "throughput", lambda: measure.throughput(
+            session, cfg["throughput_seconds"], cfg["throughput_max"]))
+        _record(result, "latency", lambda: measure.latency(session, cfg["latency_calls"]))
+    finally:
+        session.close()
+    for n in cfg["cold_sizes"]:
+        if contender.heavy and n > cfg["heavy_cap"]:
+            result["errors"][f"cold_start/{n}"] = (
+                f"not run: {n} workers exceeds this mode's cap of {cfg['heavy_cap']} "
+                "for runtimes with daemons")
+            continue
+        _record(result, f"cold_start/{n}",
+                lambda n=n: measure.cold_start(contender.start, n, cfg["barrier_timeout"]))
+
+
+def run_scale(name: str, cfg: dict, result: dict) -> None:
+    import psutil
+
+    contender = by_name([name])[0]
+    per_worker_mb = 60.0
+    for n in cfg["scale_sizes"]:
+        need = n * per_worker_mb * 2**20 * 1.5
+        avail = psutil.virtual_memory().available
+        if need > 0.6 * avail:
+            result["errors"][f"scale/{n}"] = (
+                f"not run: {n} workers x ~{per_worker_mb:.0f} MB would use more than 60% of "
+                f"the {avail / 2**30:.1f} GiB available")
+            continue
+        _record(result, f"scale/{n}", lambda n=n: measure.scale(
+            contender.start, n, cfg["scale_task_seconds"], cfg["scale_tasks_per_worker"]))
+        got = result["metrics"].get(f"scale/{n}")
+        if got:
+            per_worker_mb = max(got["worker_rss_mb"], 5.0)
+
+
+def _module(name: str) -> Any:
+    if name.startswith("fiber"):
+        import fiber
+
+        return fiber
+    import multiprocessing
+
+    return multiprocessing.get_context("spawn" if name == "mp-spawn" else "fork")
+
+
+def run_ipc(name: str, cfg: dict, result: dict) -> None:
+    from bench import bandwidth
+
+    if name == "memcpy":
+        _record(result, "bandwidth", lambda: bandwidth.memcpy(cfg["bw_sizes"], cfg["bw_budget_mb"]))
+        return
+    module = _module(name)
+    if name != "mp-spawn":
+        _record(result, "bandwidth", lambda: bandwidth.transfers(
+            module, cfg["bw_sizes"], cfg["bw_budget_mb"]))
+    _record(result, "process_start", lambda: measure.process_start(module, cfg["process_count"]))
+
+
+KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc}
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(argv[0])
+    logging.basicConfig(level=logging.WARNING)
+    result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}}
+    try:
+        KINDS[spec["kind"]](spec["contender"], spec["config"], result)
+    finally:
+        with open(argv[1], "w") as f:
+            json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

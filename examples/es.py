@@ -1,0 +1,206 @@
+"""Evolution strategies (OpenAI-ES) on gymnasium's CartPole-v1 with a fiber Pool.
+
+The population of perturbed policies is evaluated in parallel by ``fiber.Pool``: on
+this machine by default, on a cluster by setting ``FIBER_BACKEND`` (docker, ssh,
+slurm, kubernetes) -- the script does not change. The OpenAI-ES ingredients:
+
+* a *shared noise table*: every worker builds the same table of Gaussian noise from a
+  seed, so a task carries only an index into it, never the perturbation itself;
+* *antithetic sampling*: each task runs the pair theta + sigma*eps and theta - sigma*eps
+  on the same episode seed;
+* *rank-normalized fitness*: returns are replaced by centered ranks in [-0.5, 0.5].
+
+The policy is a small numpy network (linear by default, ``--hidden N`` adds a tanh
+layer). Run ``python examples/es.py`` to train, ``python examples/es.py --plot`` to
+compare reward against wall time for 1, 2 and 5 workers (writes bench/results/es.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import fiber as mp
+import numpy as np
+
+ENV_ID = "CartPole-v1"
+NOISE_SEED = 123
+NOISE_SIZE = 1_000_000
+OBS_DIM, N_ACTIONS = 4, 2
+
+_noise: np.ndarray | None = None  # this process's copy of the shared noise table
+
+
+def noise_table() -> np.ndarray:
+    """The shared noise table (built once per process from a fixed seed)."""
+    global _noise
+    if _noise is None:
+        _noise = np.random.default_rng(NOISE_SEED).standard_normal(NOISE_SIZE).astype(np.float32)
+    return _noise
+
+
+def n_params(hidden: int) -> int:
+    if hidden == 0:
+        return OBS_DIM * N_ACTIONS + N_ACTIONS
+    return OBS_DIM * hidden + hidden + hidden * N_ACTIONS + N_ACTIONS
+
+
+def act(theta: np.ndarray, obs: np.ndarray, hidden: int) -> int:
+    """The policy: the argmax of a linear (or one-hidden-layer tanh) network's logits."""
+    if hidden == 0:
+        w = theta[: OBS_DIM * N_ACTIONS].reshape(N_ACTIONS, OBS_DIM)
+        return int(np.argmax(w @ obs + theta[OBS_DIM * N_ACTIONS:]))
+    i = OBS_DIM * hidden
+    w1, b1 = theta[:i].reshape(hidden, OBS_DIM), theta[i:i + hidden]
+    i += hidden
+    w2 = theta[i:i + hidden * N_ACTIONS].reshape(N_ACTIONS, hidden)
+    b2 = theta[i + hidden * N_ACTIONS:]
+    return int(np.argmax(w2 @ np.tanh(w1 @ obs + b1) + b2))
+
+
+def episode(theta: np.ndarray, seed: int, max_steps: int, hidden: int) -> float:
+    """Total reward of one episode of the policy ``theta``."""
+    import gymnasium as gym
+
+    env = gym.make(ENV_ID, max_episode_steps=max_steps)
+    try:
+        obs, _ = env.reset(seed=seed)
+        total = 0.0
+        for _ in range(max_steps):
+            obs, reward, terminated, truncated, _ = env.step(act(theta, obs, hidden))
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return total
+    finally:
+        env.close()
+
+
+def evaluate(task: tuple) -> tuple[float, float]:
+    """Worker: returns of the antithetic pair theta +/- sigma * noise[index:index+dim]."""
+    theta, index, sigma, seed, max_steps, hidden = task
+    eps = noise_table()[index:index + theta.size]
+    return (episode(theta + sigma * eps, seed, max_steps, hidden),
+            episode(theta - sigma * eps, seed, max_steps, hidden))
+
+
+def centered_ranks(x: np.ndarray) -> np.ndarray:
+    """Ranks of ``x`` scaled to [-0.5, 0.5] (same shape)."""
+    ranks = np.empty(x.size, dtype=np.float64)
+    ranks[x.ravel().argsort()] = np.arange(x.size)
+    return (ranks / (x.size - 1) - 0.5).reshape(x.shape)
+
+
+class Adam:
+    """The Adam optimizer (ascending the ES gradient estimate)."""
+
+    def __init__(self, dim: int, lr: float, beta1: float = 0.9, beta2: float = 0.999) -> None:
+        self.lr, self.b1, self.b2 = lr, beta1, beta2
+        self.m, self.v, self.t = np.zeros(dim), np.zeros(dim), 0
+
+    def step(self, grad: np.ndarray) -> np.ndarray:
+        self.t += 1
+        self.m = self.b1 * self.m + (1 - self.b1) * grad
+        self.v = self.b2 * self.v + (1 - self.b2) * grad * grad
+        lr = self.lr * np.sqrt(1 - self.b2 ** self.t) / (1 - self.b1 ** self.t)
+        return lr * self.m / (np.sqrt(self.v) + 1e-8)
+
+
+def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
+          lr: float = 0.05, max_steps: int = 500, hidden: int = 0, seed: int = 0,
+          weight_decay: float = 0.005, log: bool = True) -> list[dict]:
+    """Run OpenAI-ES; returns one record per iteration (mean/max population reward,
+    wall time since the pool was created)."""
+    if population < 2 or population % 2:
+        raise ValueError(f"population must be an even number >= 2 (antithetic pairs), got {population}")
+    if workers < 1:
+        raise ValueError(f"workers must be >= 1, got {workers}")
+    rng = np.random.default_rng(seed)
+    dim = n_params(hidden)
+    theta = rng.standard_normal(dim) * 0.1
+    noise = noise_table()
+    opt = Adam(dim, lr)
+    pairs = population // 2
+    history = []
+    t0 = time.perf_counter()
+    with mp.Pool(workers) as pool:
+        for it in range(iterations):
+            indices = rng.integers(0, NOISE_SIZE - dim, size=pairs)
+            seeds = rng.integers(0, 2**31 - 1, size=pairs)
+            tasks = [(theta, int(i), sigma, int(s), max_steps, hidden)
+                     for i, s in zip(indices, seeds, strict=True)]
+            returns = np.array(pool.map(evaluate, tasks, chunksize=1))  # shape (pairs, 2)
+            ranks = centered_ranks(returns)
+            eps = np.stack([noise[i:i + dim] for i in indices])
+            grad = (ranks[:, 0] - ranks[:, 1]) @ eps / (pairs * sigma)
+            theta = theta + opt.step(grad - weight_decay * theta)
+            rec = {"iteration": it, "seconds": time.perf_counter() - t0,
+                   "mean_reward": float(returns.mean()), "max_reward": float(returns.max())}
+            history.append(rec)
+            if log:
+                print(f"iter {it:3d}  {rec['seconds']:7.2f} s  mean reward {rec['mean_reward']:6.1f}"
+                      f"  max {rec['max_reward']:6.1f}", flush=True)
+    return history
+
+
+def plot(histories: dict[int, list[dict]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for workers, hist in histories.items():
+        ax.plot([h["seconds"] for h in hist], [h["mean_reward"] for h in hist], marker=".",
+                label=f"{workers} worker{'s' if workers > 1 else ''}")
+    ax.set_xlabel("wall time, s")
+    ax.set_ylabel(f"mean population reward ({ENV_ID})")
+    ax.set_title("OpenAI-ES with fiber.Pool")
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, default=5)
+    p.add_argument("--iterations", type=int, default=20)
+    p.add_argument("--population", type=int, default=48, help="even: antithetic pairs")
+    p.add_argument("--sigma", type=float, default=0.1)
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--max-steps", type=int, default=500)
+    p.add_argument("--hidden", type=int, default=0, help="hidden units (0: linear policy)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, help="write the per-iteration history here")
+    p.add_argument("--plot", action="store_true",
+                   help="train with 1, 2 and 5 workers and plot reward vs wall time")
+    p.add_argument("--plot-out", type=Path,
+                   default=Path(__file__).resolve().parent.parent / "bench" / "results" / "es.png")
+    args = p.parse_args(argv)
+    kw = {"iterations": args.iterations, "population": args.population, "sigma": args.sigma,
+          "lr": args.lr, "max_steps": args.max_steps, "hidden": args.hidden, "seed": args.seed}
+    try:
+        if args.plot:
+            histories = {}
+            for w in (1, 2, 5):
+                print(f"--- {w} workers", flush=True)
+                histories[w] = train(w, **kw)
+            plot(histories, args.plot_out)
+            print(f"wrote {args.plot_out}")
+            result: object = {str(w): h for w, h in histories.items()}
+        else:
+            result = train(args.workers, **kw)
+    except ValueError as exc:
+        p.error(str(exc))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
