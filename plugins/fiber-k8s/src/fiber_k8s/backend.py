@@ -1,0 +1,271 @@
+"""The ``kubernetes`` backend: each job is a pod (restartPolicy Never).
+
+Statuses come from one watch per backend instance over the pods it created (see
+:mod:`fiber_k8s.watcher`), not from polling each pod. ``terminate`` deletes the pod
+with a short grace period (none with ``force``); ``release`` deletes what is left.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+import urllib3
+from fiber.backend import Backend, BackendError, JobCreationError
+from fiber.job import Job, JobSpec, JobState, JobStatus
+from kubernetes.client.rest import ApiException
+
+from fiber_k8s import cluster, names
+from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
+from fiber_k8s.status import CONTAINER, pod_status
+from fiber_k8s.watcher import PodWatcher
+
+logger = logging.getLogger("fiber.kubernetes")
+API_ERRORS = (ApiException, urllib3.exceptions.HTTPError, OSError)
+
+
+class KubernetesBackend(Backend):
+    """Jobs as pods of a Kubernetes cluster."""
+
+    name = "kubernetes"
+    poll_interval = 0.5
+
+    def __init__(self, options: Mapping[str, Any]) -> None:
+        super().__init__(options)
+        self._lock = threading.RLock()
+        self._conn: cluster.Connection | None = None
+        self._watcher: PodWatcher | None = None
+        self._parent: Any = None
+        self._parent_looked_up = False
+        self.instance = uuid.uuid4().hex[:12]
+        self._cancelled: dict[str, bool] = {}  # pod name -> forced
+        self._live: dict[str, Job] = {}
+
+    # -- connection ----------------------------------------------------------------
+    @property
+    def conn(self) -> cluster.Connection:
+        with self._lock:
+            if self._conn is None:
+                self._conn = cluster.connect(dict(self.options))
+            return self._conn
+
+    def _error(self, exc: BaseException, what: str) -> BackendError:
+        return cluster.translate(exc, what, self.conn.namespace, self.conn.host)
+
+    def _ensure_watcher(self) -> PodWatcher:
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = PodWatcher(self.conn.api, self.conn.namespace,
+                                           f"{INSTANCE_LABEL}={self.instance}")
+                self._watcher.start()
+            return self._watcher
+
+    def parent_pod(self) -> Any:
+        """The pod this process runs in (when in a cluster and readable), else None."""
+        with self._lock:
+            if not self._parent_looked_up:
+                self._parent_looked_up = True
+                if self.conn.in_cluster:
+                    self._parent = self._read_own_pod()
+            return self._parent
+
+    def _read_own_pod(self) -> Any:
+        name = cluster.own_pod_name()
+        try:
+            namespace = (cluster.SERVICE_ACCOUNT_DIR / "namespace").read_text().strip()
+        except OSError:
+            namespace = self.conn.namespace
+        try:
+            return self.conn.api.read_namespaced_pod(name, namespace)
+        except API_ERRORS as exc:
+            logger.warning("cannot read this process's own pod %s/%s (%s); set FIBER_IMAGE "
+                           "and kubernetes_listen_address explicitly", namespace, name, exc)
+            return None
+
+    # -- creating ------------------------------------------------------------------
+    def _image(self, spec: JobSpec) -> str:
+        image = spec.image or self.options.get("image")
+        if image:
+            return image
+        parent = self.parent_pod()
+        if parent is not None:
+            return parent.spec.containers[0].image
+        raise JobCreationError(
+            "no container image for the job: set the image setting (FIBER_IMAGE=...) to an "
+            "image that contains this Python and fiber, or run the parent in a pod (its "
+            "own image is then used)"
+        )
+
+    def _owner(self) -> dict | None:
+        parent = self.parent_pod()
+        if parent is None or parent.metadata.namespace != self.conn.namespace:
+            return None  # owner references cannot cross namespaces
+        return {"apiVersion": "v1", "kind": "Pod", "name": parent.metadata.name,
+                "uid": parent.metadata.uid, "blockOwnerDeletion": False, "controller": False}
+
+    def create_job(self, spec: JobSpec) -> Job:
+        conn = self.conn
+        body = pod_manifest(spec, pod_name=names.pod_name(spec.name), namespace=conn.namespace,
+                            image=self._image(spec), instance=self.instance,
+                            options=self.options, owner=self._owner())
+        watcher = self._ensure_watcher()
+        try:
+            pod = conn.api.create_namespaced_pod(conn.namespace, body)
+        except API_ERRORS as exc:
+            raise self._error(exc, f"create pod for job {spec.name!r}") from exc
+        watcher.expect(pod)
+        job = Job(id=pod.metadata.name, backend=self.name, spec=spec,
+                  handle=conn.namespace)
+        with self._lock:
+            self._live[job.id] = job
+        logger.debug("created pod %s/%s for job %s", conn.namespace, job.id, spec.name)
+        return job
+
+    # -- status --------------------------------------------------------------------
+    def _status_of(self, name: str, pod: Any, deleted: bool, pull_since: float | None,
+                   ) -> JobStatus:
+        status = pod_status(pod, pull_since, time.monotonic(),
+                            self.options.get("kubernetes_pull_timeout") or 120.0)
+        forced = self._cancelled.get(name)
+        if forced is not None and status.state is not JobState.SUCCEEDED:
+            if status.is_final:
+                return JobStatus(JobState.CANCELLED, status.exitcode, status.reason)
+            if deleted:
+                sig = signal.SIGKILL if forced else signal.SIGTERM
+                return JobStatus(JobState.CANCELLED, -sig, sig.name)
+            return status
+        if deleted and not status.is_final:
+            return JobStatus(JobState.CANCELLED, -signal.SIGTERM,
+                             "Deleted: the pod was deleted on the cluster")
+        return status
+
+    def status(self, job: Job) -> JobStatus:
+        watcher = self._watcher
+        record = watcher.get(job.id) if watcher is not None else None
+        if record is not None and (watcher.synced.is_set() or record.deleted):
+            return self._status_of(job.id, record.pod, record.deleted, record.pull_failing_since)
+        # not one of ours, or the watch is not running: ask directly
+        try:
+            pod = self.conn.api.read_namespaced_pod(job.id, job.handle or self.conn.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                if job.id in self._cancelled:
+                    return JobStatus(JobState.CANCELLED, -signal.SIGTERM, "Deleted")
+                return JobStatus(JobState.LOST, None, "the pod no longer exists")
+            raise self._error(exc, f"read pod {job.id}") from exc
+        except API_ERRORS as exc:
+            raise self._error(exc, f"read pod {job.id}") from exc
+        return self._status_of(job.id, pod, False, None)
+
+    def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        watcher = self._watcher
+        while True:
+            status = self.status(job)
+            if status.is_final:
+                return status
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return None
+            pause = 1.0 if remaining is None else min(1.0, remaining)
+            if watcher is not None and watcher.get(job.id) is not None:
+                with watcher.changed:
+                    watcher.changed.wait(pause)
+            else:
+                time.sleep(min(pause, self.poll_interval))
+
+    # -- ending --------------------------------------------------------------------
+    def _delete(self, job: Job, grace: int) -> None:
+        try:
+            self.conn.api.delete_namespaced_pod(
+                job.id, job.handle or self.conn.namespace, grace_period_seconds=grace,
+                propagation_policy="Background")
+        except ApiException as exc:
+            if exc.status != 404:
+                raise self._error(exc, f"delete pod {job.id}") from exc
+        except API_ERRORS as exc:
+            raise self._error(exc, f"delete pod {job.id}") from exc
+
+    def terminate(self, job: Job, force: bool = False) -> None:
+        status = self.status(job)
+        if status.is_final:
+            return
+        self._cancelled[job.id] = force or self._cancelled.get(job.id, False)
+        grace = 0 if force else max(1, round(self.options.get("kubernetes_grace_period") or 3))
+        self._delete(job, grace)
+
+    def release(self, job: Job) -> None:
+        self._delete(job, 0)
+        if self._watcher is not None:
+            self._watcher.forget(job.id)
+        with self._lock:
+            self._live.pop(job.id, None)
+
+    # -- the rest ------------------------------------------------------------------
+    def logs(self, job: Job) -> str:
+        try:
+            text = self.conn.api.read_namespaced_pod_log(
+                job.id, job.handle or self.conn.namespace, container=CONTAINER)
+        except ApiException as exc:
+            if exc.status in (400, 404):  # not started yet, or gone
+                return ""
+            raise self._error(exc, f"read the log of pod {job.id}") from exc
+        except API_ERRORS as exc:
+            raise self._error(exc, f"read the log of pod {job.id}") from exc
+        return text if isinstance(text, str) else str(text)
+
+    def listen_address(self) -> str:
+        address = self.options.get("kubernetes_listen_address")
+        if address:
+            return address
+        if self.conn.in_cluster:
+            import os
+
+            if os.environ.get("POD_IP"):
+                return os.environ["POD_IP"]
+            parent = self.parent_pod()
+            if parent is not None and parent.status.pod_ip:
+                return parent.status.pod_ip
+        return cluster.local_address_towards(self.conn.host)
+
+    def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
+        try:
+            pods = self.conn.api.list_namespaced_pod(
+                self.conn.namespace, label_selector=names.selector(dict(labels)))
+        except API_ERRORS as exc:
+            raise self._error(exc, "list pods") from exc
+        jobs = []
+        for pod in pods.items:
+            annotations = pod.metadata.annotations or {}
+            try:
+                job_labels = json.loads(annotations.get(ANNOTATION_LABELS, "{}"))
+            except ValueError:
+                job_labels = dict(pod.metadata.labels or {})
+            container = pod.spec.containers[0]
+            spec = JobSpec(command=list(container.command or []), image=container.image,
+                           name=annotations.get(ANNOTATION_NAME, pod.metadata.name),
+                           labels=job_labels, cwd=container.working_dir)
+            jobs.append(Job(id=pod.metadata.name, backend=self.name, spec=spec,
+                            host=pod.spec.node_name, handle=pod.metadata.namespace))
+        return jobs
+
+    def close(self) -> None:
+        with self._lock:
+            live = list(self._live.values())
+            self._live.clear()
+            watcher, self._watcher = self._watcher, None
+        for job in live:
+            try:
+                self.release(job)
+            except BackendError as exc:
+                logger.warning("could not delete pod %s: %s", job.id, exc)
+        if watcher is not None:
+            watcher.stop()
+        if self._conn is not None:
+            self._conn.api.api_client.close()

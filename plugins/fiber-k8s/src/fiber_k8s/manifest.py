@@ -1,0 +1,94 @@
+"""The pod manifest of a job: container, resources, labels, scheduling and volumes
+from the job spec and the ``kubernetes_*`` settings."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from fiber.job import JobSpec
+
+from fiber_k8s import names
+from fiber_k8s.resources import pod_resources
+from fiber_k8s.settings import parse_key_values
+from fiber_k8s.status import CONTAINER
+
+INSTANCE_LABEL = "fiber.k8s/instance"
+MANAGED_BY = {"app.kubernetes.io/managed-by": "fiber"}
+ANNOTATION_NAME = "fiber.job/name"
+ANNOTATION_LABELS = "fiber.job/labels"
+
+
+def _downward(name: str, field_path: str) -> dict:
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": field_path}}}
+
+
+def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
+                 instance: str, options: Mapping[str, Any],
+                 owner: dict | None = None) -> dict:
+    """The pod (as a plain dict for the API) that runs ``spec``."""
+    labels = names.labels({**parse_key_values(options.get("kubernetes_labels") or []),
+                           **spec.labels})
+    labels.update(MANAGED_BY)
+    labels[INSTANCE_LABEL] = instance
+    env = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    given = set(spec.env)
+    for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
+                       ("POD_IP", "status.podIP")):
+        if name not in given:
+            env.append(_downward(name, path))
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "command": list(spec.command),
+        "env": env,
+        "resources": pod_resources(spec.cpu, spec.memory, spec.gpu,
+                                   options.get("kubernetes_resources") or {}),
+    }
+    if spec.cwd:
+        container["workingDir"] = spec.cwd
+    if options.get("kubernetes_image_pull_policy"):
+        container["imagePullPolicy"] = options["kubernetes_image_pull_policy"]
+    volumes, mounts = [], []
+    for i, mount in enumerate(options.get("kubernetes_volumes") or []):
+        volumes.append({"name": f"pvc-{i}",
+                        "persistentVolumeClaim": {"claimName": mount.source,
+                                                  "readOnly": mount.read_only}})
+        mounts.append({"name": f"pvc-{i}", "mountPath": mount.path, "readOnly": mount.read_only})
+    for i, mount in enumerate(options.get("kubernetes_host_paths") or []):
+        volumes.append({"name": f"host-{i}", "hostPath": {"path": mount.source}})
+        mounts.append({"name": f"host-{i}", "mountPath": mount.path, "readOnly": mount.read_only})
+    if mounts:
+        container["volumeMounts"] = mounts
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "enableServiceLinks": False,
+        # the pod's pause process is PID 1, so the job's Python gets the default signal
+        # behaviour (PID 1 ignores SIGTERM and SIGKILL sent from inside its namespace)
+        "shareProcessNamespace": True,
+        "terminationGracePeriodSeconds": max(1, round(options.get("kubernetes_grace_period")
+                                                      or 3)),
+    }
+    if volumes:
+        pod_spec["volumes"] = volumes
+    if options.get("kubernetes_node_selector"):
+        pod_spec["nodeSelector"] = dict(options["kubernetes_node_selector"])
+    if options.get("kubernetes_tolerations"):
+        pod_spec["tolerations"] = [t.manifest() for t in options["kubernetes_tolerations"]]
+    if options.get("kubernetes_service_account"):
+        pod_spec["serviceAccountName"] = options["kubernetes_service_account"]
+    if options.get("kubernetes_host_network"):
+        pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
+    metadata: dict[str, Any] = {
+        "name": pod_name,
+        "namespace": namespace,
+        "labels": labels,
+        "annotations": {ANNOTATION_NAME: spec.name,
+                        ANNOTATION_LABELS: json.dumps(spec.labels, sort_keys=True)},
+    }
+    if owner:
+        metadata["ownerReferences"] = [owner]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": pod_spec}
