@@ -7,6 +7,7 @@ bytes) keyed by metric name; the orchestrator collects repetitions and takes med
 from __future__ import annotations
 
 import logging
+import os
 import resource
 import shutil
 import statistics
@@ -96,26 +97,37 @@ def latency(session: Session, calls: int, max_seconds: float = 10.0) -> dict:
             "p90_us": samples[int(0.9 * (len(samples) - 1))] * 1e6, "calls": len(samples)}
 
 
-def cold_start(start: Callable[[int], Session], n: int, timeout: float) -> dict:
-    """Seconds from asking for a pool of ``n`` to every one of its ``n`` workers having
-    run a task (a file-system barrier makes each worker take exactly one), and the
-    seconds ``close()`` takes."""
-    barrier_dir = tempfile.mkdtemp(prefix="fiber-bench-barrier-")
+def cold_start(start: Callable[[int], Session], n: int, timeout: float,
+               hold: float = 0.2) -> dict:
+    """Seconds from asking for a pool of ``n`` until the last of its ``n`` workers has
+    started its first task, and the seconds ``close()`` takes.
+
+    Rounds of ``n`` check-in tasks (chunksize=1) run until ``n`` distinct processes
+    have checked in; each process stamps the wall-clock time of its first task (this
+    machine's clock: the workers are local or on its containers/namespaces)."""
+    rendezvous = tempfile.mkdtemp(prefix="fiber-bench-cold-")
     try:
+        wall0 = time.time()
         t0 = time.perf_counter()
         session = start(n)
+        rounds = 0
         try:
-            pids = session.map(tasks.barrier, [(barrier_dir, n, timeout)] * n, 1)
-            up = time.perf_counter() - t0
+            seen: set[int] = set()
+            while len(seen) < n:
+                if time.perf_counter() - t0 > timeout:
+                    raise TimeoutError(f"only {len(seen)} of {n} workers ran a task "
+                                       f"within {timeout:g} s")
+                seen.update(session.map(tasks.checkin, [(rendezvous, n, hold)] * n, 1))
+                rounds += 1
         finally:
             t1 = time.perf_counter()
             session.close()
             down = time.perf_counter() - t1
-        if len(set(pids)) != n:
-            raise RuntimeError(f"{len(set(pids))} distinct workers ran the {n} barrier tasks")
-        return {"seconds": up, "close_seconds": down}
+        stamps = [float(open(os.path.join(rendezvous, str(p))).read()) for p in seen]
+        return {"seconds": max(stamps) - wall0, "close_seconds": down,
+                "rounds": rounds, "until_map_returned": t1 - t0}
     finally:
-        shutil.rmtree(barrier_dir, ignore_errors=True)
+        shutil.rmtree(rendezvous, ignore_errors=True)
 
 
 def _cpu_seconds() -> float:

@@ -225,8 +225,9 @@ def _cold(data: dict) -> list[str]:
     out = ["## 4. Cold start", "",
            "Seconds from creating the pool (including starting the framework's runtime: Ray, "
            "dask's cluster, Spark's JVM, ipyparallel's controller; not including importing the "
-           "framework) until each of its N workers has run one task (a file-system barrier "
-           "makes every worker take exactly one), and the seconds `close()`/shutdown takes.", ""]
+           "framework) until the last of its N workers has started its first task (workers "
+           "stamp the time of their first task at a file-system rendezvous; rounds of N tasks "
+           "run until N distinct workers have), and the seconds `close()`/shutdown takes.", ""]
     out += _table(header, rows)
     out += _errors_for(data, [f"cold_start/{s}" for s in cfg["cold_sizes"]], names)
     out += ["", "![cold start](results/cold_start.png)"]

@@ -32,7 +32,7 @@ MODES: dict[str, dict] = {
     "smoke": {
         "reps": 1, "workers": 2, "durations": [0.01], "ideal": 0.1,
         "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20,
-        "cold_sizes": [2], "heavy_cap": 2, "barrier_timeout": 60,
+        "cold_sizes": [2], "heavy_cap": 2, "cold_timeout": 60,
         "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1,
@@ -40,7 +40,7 @@ MODES: dict[str, dict] = {
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
         "throughput_seconds": 0.5, "throughput_max": 20000, "latency_calls": 200,
-        "cold_sizes": [5, 50], "heavy_cap": 5, "barrier_timeout": 120,
+        "cold_sizes": [5, 50], "heavy_cap": 5, "cold_timeout": 120,
         "scale_sizes": [32, 128], "scale_task_seconds": 0.5, "scale_tasks_per_worker": 2,
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 400, "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1,
@@ -48,7 +48,7 @@ MODES: dict[str, dict] = {
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
         "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000,
-        "cold_sizes": [5, 50, 256], "heavy_cap": 50, "barrier_timeout": 600,
+        "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
         "scale_sizes": [32, 128, 256, 512, 1024], "scale_task_seconds": 1.0,
         "scale_tasks_per_worker": 2,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
@@ -94,8 +94,9 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
                 "worker": f"exited {proc.returncode}: {stderr.strip()[-400:]}"}}
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: ours alone
-        proc.communicate()
-        result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"}}
+        _, stderr = proc.communicate()
+        result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"},
+                  "stderr_tail": stderr[-6000:]}
     except json.JSONDecodeError:
         result = {"metrics": {}, "errors": {"worker": f"exited {proc.returncode} without results"}}
     finally:

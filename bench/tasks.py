@@ -35,20 +35,26 @@ def sleep_getpid(d: float) -> int:
     return os.getpid()
 
 
-def barrier(args: tuple[str, int, float]) -> int:
-    """Check in at a file-system barrier and wait until ``n`` distinct processes have.
+def checkin(args: tuple[str, int, float]) -> int:
+    """Record this worker's first task at a file-system rendezvous, then hold a moment.
 
-    ``args`` is ``(directory, n, timeout)``. A worker blocked here cannot take a
-    second task, so once the barrier opens, ``n`` different workers have each run
-    a task: the cold-start benchmark's definition of "the pool is up".
-    Returns the process id; raises TimeoutError if the barrier never opens.
+    ``args`` is ``(directory, n, hold)``. The first task a process runs creates the
+    file ``<pid>`` holding the wall-clock time; then the task waits until ``n``
+    processes have checked in or ``hold`` seconds have passed (holding keeps a started
+    worker busy so the next tasks go to workers that have not run one yet; the bound
+    keeps pools that queue several tasks per worker from deadlocking). Returns the
+    process id.
     """
-    directory, n, timeout = args
+    directory, n, hold = args
     pid = os.getpid()
-    open(os.path.join(directory, str(pid)), "w").close()
-    deadline = time.monotonic() + timeout
-    while len(os.listdir(directory)) < n:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"barrier: only {len(os.listdir(directory))} of {n} workers arrived")
-        time.sleep(0.01)
+    path = os.path.join(directory, str(pid))
+    if not os.path.exists(path):
+        with open(path + ".tmp", "w") as f:
+            f.write(repr(time.time()))
+        os.replace(path + ".tmp", path)
+    deadline = time.monotonic() + hold
+    while time.monotonic() < deadline:
+        if sum(1 for name in os.listdir(directory) if not name.endswith(".tmp")) >= n:
+            break
+        time.sleep(0.005)
     return pid

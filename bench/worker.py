@@ -8,6 +8,7 @@ result file holds ``{"metrics": {bench: {metric: value}}, "errors": {bench: text
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import sys
@@ -64,7 +65,7 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
                 "for runtimes with daemons")
             continue
         _record(result, f"cold_start/{n}",
-                lambda n=n: measure.cold_start(contender.start, n, cfg["barrier_timeout"]))
+                lambda n=n: measure.cold_start(contender.start, n, cfg["cold_timeout"]))
 
 
 def run_scale(name: str, cfg: dict, result: dict) -> None:
@@ -116,6 +117,8 @@ KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc}
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     logging.basicConfig(level=logging.WARNING)
+    # Shortly before the orchestrator's time limit, show where every thread is stuck.
+    faulthandler.dump_traceback_later(max(5.0, spec["config"]["timeout"] - 15), exit=False)
     result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}}
     try:
         KINDS[spec["kind"]](spec["contender"], spec["config"], result)
