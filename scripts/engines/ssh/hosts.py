@@ -102,6 +102,14 @@ def up(args: argparse.Namespace) -> dict:
             sys.exit(f"address {addr} is already in use on this machine; tear down the old "
                      f"test hosts (hosts.py down) or pick another subnet (--net / "
                      "FSSH_TEST_NET)")
+    for ifname in [bridge] + [f"{prefix}v{i}" for i in range(1, args.count + 1)]:
+        if sh("ip", "link", "show", ifname, check=False).returncode == 0:
+            sys.exit(f"network interface {ifname} already exists (left by an earlier run?); "
+                     f"delete it (ip link del {ifname}) or pick another --prefix")
+    for i in range(1, args.count + 1):
+        if os.path.exists(f"/run/netns/{prefix}h{i}"):
+            sys.exit(f"network namespace {prefix}h{i} already exists (left by an earlier "
+                     f"run?); delete it (ip netns del {prefix}h{i}) or pick another --prefix")
     state: dict = {"dir": str(base), "bridge": bridge, "namespaces": [], "sshd_pids": [],
                    "iptables": None, "hosts": [], "net": str(net)}
     state_path = base / "state.json"
@@ -142,6 +150,8 @@ def up(args: argparse.Namespace) -> dict:
         hdir.mkdir()
         sh("ip", "netns", "add", ns)
         state["namespaces"].append(ns)
+        state["hosts"].append({"name": name, "namespace": ns, "veth": veth,
+                               "address": address, "port": args.port})
         save()
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         sh("ip", "link", "set", veth, "master", bridge, "up")
@@ -163,9 +173,7 @@ def up(args: argparse.Namespace) -> dict:
         state["sshd_pids"].append(proc.pid)
         pub = (hdir / "ssh_host_ed25519_key.pub").read_text().split()
         known_hosts.append(f"[{address}]:{args.port} {pub[0]} {pub[1]}")
-        state["hosts"].append({"name": name, "namespace": ns, "veth": veth,
-                               "address": address, "port": args.port, "sshd_pid": proc.pid,
-                               "host_key": f"{pub[0]} {pub[1]}"})
+        state["hosts"][-1].update(sshd_pid=proc.pid, host_key=f"{pub[0]} {pub[1]}")
         save()
     known = base / "known_hosts"
     known.write_text("\n".join(known_hosts) + "\n")
@@ -208,6 +216,10 @@ def down(args: argparse.Namespace) -> None:
             os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             pass
+    # delete the veth pairs from this side: a namespace can outlive its processes for a
+    # while (sockets still closing) and would keep its end, and so ours, alive
+    for host in state.get("hosts", []):
+        sh("ip", "link", "del", host["veth"], check=False)
     for ns in namespaces:
         sh("ip", "netns", "del", ns, check=False)
     if state.get("bridge_created"):
