@@ -18,7 +18,6 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "engines" / "slurm"
 PARTITION = "fiber"
-SHORT_PARTITION = "fiber-short"  # MaxTime=1 minute, for the time-limit test
 
 _state: str | None = None
 
@@ -55,8 +54,6 @@ def start() -> dict[str, str]:
         "FIBER_SLURM_PARTITION": PARTITION,
         "FIBER_SLURM_LOG_DIR": os.path.join(state, "joblogs"),
         "FIBER_SLURM_POLL_INTERVAL": "0.2",
-        "FIBER_TEST_SLURM_STATE": state,
-        "FIBER_TEST_SLURM_SHORT_PARTITION": SHORT_PARTITION,
     }
 
 

@@ -13,7 +13,6 @@ import time
 import urllib.parse
 
 import pytest
-
 from fiber.job import Job, JobSpec, JobState
 
 
@@ -67,7 +66,7 @@ def test_env_values_are_quoted_exactly(backend, jobs, run_id):
     values = {"PLAIN": "x", "QUOTES": "it's \"quoted\"", "DOLLAR": "$HOME `id` $(id)",
               "NEWLINE": "a\nb", "SPACES": "  two  spaces ", "EMPTY": ""}
     job = backend.create_job(spec(
-        run_id, "import os; print(repr({k: os.environ[k] for k in %r}))" % sorted(values),
+        run_id, f"import os; print(repr({{k: os.environ[k] for k in {sorted(values)!r}}}))",
         env=values))
     jobs.append(job)
     assert backend.wait(job, 60).state is JobState.SUCCEEDED

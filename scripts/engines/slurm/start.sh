@@ -90,9 +90,10 @@ InactiveLimit=0
 MailProg=/bin/true
 NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=4096 State=UNKNOWN
 PartitionName=fiber Nodes=$node Default=YES MaxTime=INFINITE State=UP
-PartitionName=fiber-short Nodes=$node Default=NO MaxTime=1 State=UP
 CONF
 export SLURM_CONF=$state/slurm.conf
+# marks the daemons and their slurmstepd children for stop.sh
+export FIBER_SLURM_ENGINE=$state
 
 setsid /usr/sbin/slurmctld -D -c -f "$SLURM_CONF" >"$state/log/slurmctld.out" 2>&1 </dev/null &
 echo $! >"$state/pids/slurmctld.pid"

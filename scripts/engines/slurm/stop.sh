@@ -11,7 +11,7 @@ set -uo pipefail
 
 state=${1:?usage: stop.sh STATE_DIR}
 [ -d "$state" ] || exit 0
-export SLURM_CONF=$state/slurm.conf
+conf=$state/slurm.conf
 
 log() { echo "slurm-engine: $*" >&2; }
 
@@ -29,31 +29,33 @@ stop_pid() {  # stop_pid NAME: SIGTERM, wait up to 10 s, then SIGKILL
     kill -KILL "$pid" 2>/dev/null
 }
 
-# processes of this cluster (daemons and job steps inherit SLURM_CONF=$state/slurm.conf)
+# processes of this cluster: the daemons and slurmstepd carry FIBER_SLURM_ENGINE=$state
+# (set by start.sh), job processes carry SLURM_CONF=$conf and a SLURM_JOB_ID
 cluster_pids() {
-    local environ pid
+    local environ pid vars
     for environ in /proc/[0-9]*/environ; do
         pid=${environ#/proc/}; pid=${pid%/environ}
-        [ "$pid" = "$$" ] && continue
-        if tr '\0' '\n' 2>/dev/null <"$environ" | grep -qxF "SLURM_CONF=$SLURM_CONF"; then
+        vars=$(tr '\0' '\n' 2>/dev/null <"$environ") || continue
+        if grep -qxF "FIBER_SLURM_ENGINE=$state" <<<"$vars" \
+                || { grep -qxF "SLURM_CONF=$conf" <<<"$vars" \
+                     && grep -q '^SLURM_JOB_ID=' <<<"$vars"; }; then
             echo "$pid"
         fi
     done
 }
 
 if alive "$(pid_of slurmctld)"; then
-    scancel --full --signal=KILL --state=RUNNING -u "$(id -un)" 2>/dev/null
-    scancel -u "$(id -un)" 2>/dev/null
+    SLURM_CONF=$conf scancel --full --signal=KILL --state=RUNNING -u "$(id -un)" 2>/dev/null
+    SLURM_CONF=$conf scancel -u "$(id -un)" 2>/dev/null
     for _ in $(seq 100); do
-        [ -z "$(squeue -h -o %i 2>/dev/null)" ] && break
+        [ -z "$(SLURM_CONF=$conf squeue -h -o %i 2>/dev/null)" ] && break
         sleep 0.1
     done
 fi
-stop_pid slurmd
-stop_pid slurmctld
-stop_pid munged
+# the daemons take ~2 s each to shut down: stop them together
+stop_pid slurmd & stop_pid slurmctld & stop_pid munged & wait
 for pid in $(cluster_pids); do
-    log "killing leftover process $pid ($(tr '\0' ' ' </proc/"$pid"/cmdline 2>/dev/null))"
+    log "killing leftover process $pid ($(tr '\0' ' ' 2>/dev/null </proc/"$pid"/cmdline))"
     kill -KILL "$pid" 2>/dev/null
 done
 rm -rf "$state"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import signal
 import socket
 import threading
 import uuid
@@ -43,7 +44,7 @@ class _Handle:
 
     output: str | None
     final: JobStatus | None = None
-    cancelled: bool = False
+    cancel_signal: int | None = None  # set by terminate()
 
 
 @dataclass
@@ -151,7 +152,7 @@ class SlurmBackend(Backend):
                              None if output in ("", "(null)") else output, comment))
         return rows
 
-    def _scontrol(self, job_id: str) -> JobStatus | None:
+    def _scontrol(self, job_id: str, cancel_signal: int) -> JobStatus | None:
         """A job squeue did not list, from ``scontrol show job`` (None if unknown)."""
         number, cluster = _split_id(job_id)
         args = ["-o", "show", "job", number]
@@ -164,12 +165,12 @@ class SlurmBackend(Backend):
         if "JobState" not in fields:
             return None
         return to_status(fields["JobState"], exitcode_from_pair(fields.get("ExitCode", "")),
-                         fields.get("Reason"))
+                         fields.get("Reason"), cancel_signal)
 
     def _finish(self, job: Job, status: JobStatus) -> JobStatus:
         handle = self._handle(job)
         if status.is_final:
-            if handle.cancelled and status.state is JobState.FAILED:
+            if handle.cancel_signal and status.state is JobState.FAILED:
                 status = replace(status, state=JobState.CANCELLED)
             handle.final = status
         return status
@@ -193,9 +194,11 @@ class SlurmBackend(Backend):
                     job.host = row.host
                 if row.output and not self._handle(job).output:
                     self._handle(job).output = row.output  # a job this instance did not submit
-                status = to_status(row.state, row.exitcode, row.reason)
+                status = to_status(row.state, row.exitcode, row.reason,
+                                   self._handle(job).cancel_signal or signal.SIGTERM)
             else:
-                status = self._scontrol(job.id) or JobStatus(
+                status = self._scontrol(
+                    job.id, self._handle(job).cancel_signal or signal.SIGTERM) or JobStatus(
                     JobState.LOST, None,
                     "unknown to Slurm (purged after MinJobAge, or never existed)")
             result[job.id] = self._finish(job, status)
@@ -209,14 +212,19 @@ class SlurmBackend(Backend):
         handle = self._handle(job)
         if handle.final is not None:
             return
-        handle.cancelled = True
+        handle.cancel_signal = signal.SIGKILL if force else signal.SIGTERM
         number, cluster = _split_id(job.id)
         prefix = ["-M", cluster] if cluster else []
         if force:
-            # SIGKILL to every process of the job, the batch shell included
-            self.commands.run("scancel", [*prefix, "--full", "--signal=KILL", number])
-        # cancel (SIGTERM, then SIGKILL after KillWait; removes a pending job)
-        done = self.commands.run("scancel", [*prefix, number])
+            # SIGKILL to the batch step, which is the exec'd command itself, so the job
+            # ends with signal 9 at once (Slurm kills what is left of the step); a
+            # pending job is cancelled. A plain `scancel --signal=KILL` would be turned
+            # into a cancel with SIGTERM by slurmctld.
+            args = [*prefix, "--batch", "--signal=KILL", number]
+        else:
+            # cancel: SIGTERM to every process, SIGKILL after KillWait
+            args = [*prefix, number]
+        done = self.commands.run("scancel", args)
         if done.returncode != 0:
             logger.debug("scancel %s: %s", job.id, done.stderr.strip())
 

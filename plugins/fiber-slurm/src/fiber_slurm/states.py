@@ -39,9 +39,11 @@ def exitcode_from_pair(text: str) -> int | None:
     return -sig_i if sig_i else code_i
 
 
-def to_status(state: str, exitcode: int | None, reason: str | None = None) -> JobStatus:
+def to_status(state: str, exitcode: int | None, reason: str | None = None,
+              cancel_signal: int = signal.SIGTERM) -> JobStatus:
     """The fiber status of a Slurm job in ``state`` (e.g. ``"CANCELLED by 0"`` is
-    accepted) with ``exitcode`` already converted (negative = signal)."""
+    accepted) with ``exitcode`` already converted (negative = signal).
+    ``cancel_signal`` is reported (negative) for a job cancelled before it ran."""
     state = (state or "").split()[0].rstrip("+").upper() if state else ""
     slurm_reason = None if reason in (None, "", "None", "(null)") else reason
     if state in _PENDING:
@@ -53,9 +55,9 @@ def to_status(state: str, exitcode: int | None, reason: str | None = None) -> Jo
             return JobStatus(JobState.FAILED, exitcode, slurm_reason)
         return JobStatus(JobState.SUCCEEDED, 0)
     if state == "CANCELLED":
-        # a job cancelled before it ran has no exit status: report SIGTERM like
-        # multiprocessing does for a terminated process
-        return JobStatus(JobState.CANCELLED, exitcode or -signal.SIGTERM, "CANCELLED")
+        # a job cancelled before it ran has no exit status: report the signal of the
+        # cancel (SIGTERM, or SIGKILL for a forced one) as multiprocessing does
+        return JobStatus(JobState.CANCELLED, exitcode or -cancel_signal, "CANCELLED")
     if state in _FAILED:
         if state in ("TIMEOUT", "DEADLINE", "OUT_OF_MEMORY"):
             why = state
