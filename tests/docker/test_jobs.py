@@ -56,6 +56,7 @@ def test_limits_labels_init_and_network(backend, jobs, run_labels, engine_client
     assert host["Memory"] == 96 * 1024 * 1024
     assert host["Init"] is True
     assert host["NetworkMode"] == "host"
+    assert host["PidMode"] == "host"
     labels = attrs["Config"]["Labels"]
     assert {k: labels[k] for k in run_labels} == run_labels
     assert labels["fiber.backend"] == "docker" and labels["fiber.name"] == "limits job"
@@ -63,6 +64,25 @@ def test_limits_labels_init_and_network(backend, jobs, run_labels, engine_client
     assert "A_VAR=a value" in attrs["Config"]["Env"]
     assert attrs["Config"]["WorkingDir"] == "/tmp"
     assert attrs["Name"].startswith("/fiber-limits-job-")
+
+
+def test_process_ids_are_unique_across_jobs(make_backend, jobs, run_labels):
+    """By default jobs share the host's PID namespace (like processes do); with
+    docker_pid_host=false each has its own (and its pid is small)."""
+    backend = make_backend()
+    code = "import os; print('pid', os.getpid(), flush=True)"
+    shared = [jobs(_py(code, run_labels), on=backend) for _ in range(2)]
+    pids = []
+    for job in shared:
+        assert backend.wait(job, 60).state is JobState.SUCCEEDED
+        logs = backend.logs(job)
+        assert "tini" not in logs.lower(), logs  # the init runs quietly as a subreaper
+        pids.append(int(logs.split("pid ")[1].split()[0]))
+    assert len(set(pids)) == 2 and min(pids) > 1
+    private = make_backend(docker_pid_host=False)
+    job = jobs(_py(code, run_labels), on=private)
+    assert private.wait(job, 60).state is JobState.SUCCEEDED
+    assert int(private.logs(job).split("pid ")[1].split()[0]) < 10
 
 
 def test_oom_kill_is_reported(backend, jobs, run_labels):

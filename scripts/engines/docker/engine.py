@@ -44,6 +44,9 @@ import build_image  # noqa: E402
 logger = logging.getLogger("fiber.docker.engine")
 
 FIBER_LABEL = "fiber.run"
+# How long stop() waits for the tests' containers to be released before it calls
+# them left behind.
+GRACE_SECONDS = 15
 
 
 def cache_dir() -> Path:
@@ -212,6 +215,11 @@ def stop(state: dict, check: bool = True, proc: subprocess.Popen | None = None) 
     try:
         if os.path.exists(socket):
             client = _client(socket, 30)
+            if check:  # the core releases ended jobs asynchronously: give it a moment
+                deadline = time.monotonic() + GRACE_SECONDS
+                while (client.api.containers(all=True, filters={"label": FIBER_LABEL})
+                       and time.monotonic() < deadline):
+                    time.sleep(0.25)
             leftovers = _remove_fiber_containers(client)
             client.close()
     except Exception as exc:  # noqa: BLE001 - the engine may be gone already

@@ -76,6 +76,7 @@ class DockerBackend(Backend):
         self._mount_cwd = bool(options.get("docker_mount_cwd", True))
         self._mount_socket = bool(options.get("docker_mount_socket", True))
         self._keep = bool(options.get("docker_keep_containers", False))
+        self._pid_host = bool(options.get("docker_pid_host", True))
         self._lock = threading.RLock()
         self._client: docker.DockerClient | None = None
         self._address = ""
@@ -214,6 +215,8 @@ class DockerBackend(Backend):
             limits["memswap_limit"] = f"{int(memory)}m"
         if gpu:
             limits["device_requests"] = [DeviceRequest(count=int(gpu), capabilities=[["gpu"]])]
+        if self._pid_host:
+            limits["pid_mode"] = "host"
         return client.api.create_host_config(
             init=True, network_mode=self._network or "host", mounts=mounts, **limits
         )
@@ -241,6 +244,8 @@ class DockerBackend(Backend):
         client = self._connect()
         image = self._image(spec)
         env = {str(k): str(v) for k, v in spec.env.items()}
+        if self._pid_host:  # the init is no PID 1 then: make it a subreaper instead
+            env.setdefault("TINI_SUBREAPER", "1")
         mounts = self._mounts(spec, env)
         labels = {str(k): str(v) for k, v in spec.labels.items()}
         labels.update({BACKEND_LABEL: self.name, NAME_LABEL: spec.name})

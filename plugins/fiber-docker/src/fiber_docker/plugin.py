@@ -10,6 +10,8 @@ Settings (each also read from ``FIBER_<NAME>`` and ``.fiberconfig``):
 - ``docker_volumes``: extra mounts, ``HOST:CONTAINER[:ro|rw]`` separated by commas.
 - ``docker_mount_socket``: bind the engine's unix socket into every job so that jobs
   can start jobs themselves (default true).
+- ``docker_pid_host``: run jobs in the host's PID namespace, so that process ids
+  are unique across jobs as they are across processes (default true).
 - ``docker_keep_containers``: do not remove ended containers (for debugging).
 
 The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
@@ -35,6 +37,8 @@ OPTIONS = [
                  "extra mounts of jobs: HOST:CONTAINER[:ro|rw], comma-separated"),
     ConfigOption("docker_mount_socket", parse_bool, True,
                  "bind the engine's unix socket into jobs so they can start jobs themselves"),
+    ConfigOption("docker_pid_host", parse_bool, True,
+                 "run jobs in the host's PID namespace (process ids unique across jobs)"),
     ConfigOption("docker_keep_containers", parse_bool, False,
                  "keep ended job containers instead of removing them (debugging)"),
 ]
