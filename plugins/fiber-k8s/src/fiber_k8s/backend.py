@@ -140,9 +140,14 @@ class KubernetesBackend(Backend):
                 sig = signal.SIGKILL if forced else signal.SIGTERM
                 return JobStatus(JobState.CANCELLED, -sig, sig.name)
             return status
-        if deleted and not status.is_final:
-            return JobStatus(JobState.CANCELLED, -signal.SIGTERM,
-                             "Deleted: the pod was deleted on the cluster")
+        deleting = deleted or getattr(getattr(pod, "metadata", None), "deletion_timestamp", None)
+        if deleting and status.state is not JobState.SUCCEEDED:
+            if status.is_final:  # ended because someone deleted the pod
+                return JobStatus(JobState.CANCELLED, status.exitcode,
+                                 "Deleted: the pod was deleted on the cluster")
+            if deleted:
+                return JobStatus(JobState.CANCELLED, -signal.SIGTERM,
+                                 "Deleted: the pod was deleted on the cluster")
         return status
 
     def status(self, job: Job) -> JobStatus:
