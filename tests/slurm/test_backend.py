@@ -56,6 +56,7 @@ def test_requests_name_and_comment_reach_slurm(backend, jobs, run_id):
     assert info["Partition"] == os.environ["FIBER_SLURM_PARTITION"]
     assert info["CPUs/Task"] == "2"
     assert info["MinMemoryNode"] == "300M"
+    assert info["Requeue"] == "0"
     labels = dict(urllib.parse.parse_qsl(info["Comment"]))
     assert labels == {"fiber.run": run_id, "fiber.parent": "p1", "team": "a b&c",
                       "fiber.name": "worker-1"}

@@ -70,6 +70,9 @@ def sbatch_directives(spec: JobSpec, options: Mapping[str, Any], output: str) ->
         _directive("--output", output),
         _directive("--open-mode", "append"),
         _directive("--export", "ALL"),
+        # a fiber process runs once: after a node failure or a preemption the job ends
+        # (LOST) and the parent decides (a Pool replaces the worker), no silent rerun
+        _directive("--no-requeue"),
     ]
     if spec.cwd:
         lines.append(_directive("--chdir", spec.cwd))
