@@ -63,6 +63,8 @@ class HostConnection:
         self.options = options
         self._lock = threading.Lock()
         self._client: paramiko.SSHClient | None = None
+        # more connections, opened only when sshd's MaxSessions limit is reached
+        self._extra: list[paramiko.SSHClient] = []
         self.error: Exception | None = None
         self.cpus: int | None = None
         self.memory: int | None = None  # MiB
@@ -91,9 +93,9 @@ class HostConnection:
 
     @property
     def alive(self) -> bool:
-        client = self._client
-        transport = client.get_transport() if client is not None else None
-        return transport is not None and transport.is_active()
+        clients = [self._client, *self._extra] if self._client is not None else []
+        transports = [client.get_transport() for client in clients]
+        return bool(transports) and all(t is not None and t.is_active() for t in transports)
 
     def _socket(self, timeout: float) -> socket.socket:
         spec = self.spec
@@ -210,14 +212,33 @@ class HostConnection:
 
     # -- using it -----------------------------------------------------------------
     def open_channel(self) -> paramiko.Channel:
-        transport = self.connect()
+        """A new session channel. Channels share the host's connection; when sshd
+        refuses another session on it (its ``MaxSessions``, 10 by default), the next
+        connection is tried, and a new one opened when all are full."""
+        timeout = float(self.options.get("ssh_connect_timeout") or 10.0)
+        transports = [self.connect()]
+        with self._lock:
+            transports += [client.get_transport() for client in self._extra]
+        for transport in transports:
+            try:
+                return transport.open_session(timeout=timeout)
+            except paramiko.ChannelException:
+                continue  # this connection has its maximum of sessions
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise ClusterUnreachableError(
+                    f"SSH host {self.spec.name} did not open a session: {exc}"
+                ) from None
+        with self._lock:
+            client = self._open()
+            self._extra.append(client)
+        logger.debug("%s: sessions limit reached, opened connection %d", self.spec.name,
+                     len(self._extra) + 1)
         try:
-            return transport.open_session(timeout=float(
-                self.options.get("ssh_connect_timeout") or 10.0))
+            return client.get_transport().open_session(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ClusterUnreachableError(
-                f"SSH host {self.spec.name} did not open a session: {exc}; if many jobs run "
-                "there, raise MaxSessions in its sshd_config"
+                f"SSH host {self.spec.name} did not open a session on a new connection: "
+                f"{exc}; check MaxSessions / MaxStartups in its sshd_config"
             ) from None
 
     def run(self, command: str, timeout: float = 30.0) -> tuple[int, str]:
@@ -263,9 +284,10 @@ class HostConnection:
 
     def close(self) -> None:
         with self._lock:
-            client, self._client = self._client, None
+            clients = [self._client, *self._extra] if self._client is not None else []
+            self._client, self._extra = None, []
             if self.error is None:
                 self.error = ClusterUnreachableError(
                     f"the connection to SSH host {self.spec.name} was closed")
-        if client is not None:
+        for client in clients:
             client.close()
