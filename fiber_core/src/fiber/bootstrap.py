@@ -132,12 +132,12 @@ def _prepare(data: dict) -> None:
 def main() -> int:
     address = os.environ.pop("_FIBER_PARENT")
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
+    cfg = config.get_config()  # a bad setting fails here, before the parent counts on us
     client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
     reply = client.request(channel, HELLO + pickle.dumps((os.getpid(), socket.gethostname())))
     prep, payload = pickle.loads(reply)
     _prepare(prep)
     process_obj = serialization.loads_code(payload)
-    cfg = config.get_config()
     threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
                      args=(client, channel, cfg.heartbeat_interval,
                            cfg.heartbeat_timeout)).start()

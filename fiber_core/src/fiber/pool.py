@@ -49,7 +49,7 @@ _FUNC_CACHE = 256
 
 class _Task:
     __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
-                 "alone")
+                 "alone", "done", "superseded")
 
     def __init__(self, tid, fid, kind, payload, sink, start, count) -> None:
         self.id = tid
@@ -61,6 +61,8 @@ class _Task:
         self.count = count
         self.attempts = 0
         self.alone = False
+        self.done = False  # its outcome was delivered
+        self.superseded = False  # split into parts that run instead
 
     def describe(self) -> str:
         if self.kind == CALL:
@@ -71,7 +73,7 @@ class _Task:
 
 class _Worker:
     __slots__ = ("id", "process", "peer", "batches", "funcs", "lines", "dispatched",
-                 "stopping", "alive", "connected")
+                 "stopping", "alive", "connected", "listed")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -84,6 +86,7 @@ class _Worker:
         self.stopping = False
         self.alive = True
         self.connected = False
+        self.listed = False  # in the pool's idle or spare list
 
     @property
     def busy(self) -> bool:
@@ -143,8 +146,9 @@ class Pool:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._queue: collections.deque[_Task] = collections.deque()
-        self._idle_lines: collections.deque[tuple[_Worker, transport.Request]] = \
-            collections.deque()
+        # workers with a parked line: with nothing to do, and busy ones (prefetch)
+        self._idle: collections.deque[_Worker] = collections.deque()
+        self._spare: collections.deque[_Worker] = collections.deque()
         self._workers: dict[int, _Worker] = {}
         self._processes: list[Process] = []  # every worker started, until joined
         self._by_peer: dict[int, _Worker] = {}
@@ -156,6 +160,8 @@ class Pool:
             collections.OrderedDict()
         self._func_bytes: dict[int, bytes] = {}
         self._start_failures = 0
+        # tasks held by recently lost workers: their results may still be in flight
+        self._lost: collections.OrderedDict[int, dict[int, _Task]] = collections.OrderedDict()
         self._broken: BaseException | None = None
         self._hub = transport.get_hub()
         self._cid = self._hub.add_channel(_PoolChannel(self))
@@ -228,7 +234,10 @@ class Pool:
                     self._workers[w.id] = w
                     new.append(w)
             for w in new:
-                self._starter.submit(self._start_worker, w)
+                try:
+                    self._starter.submit(self._start_worker, w)
+                except RuntimeError:  # terminated meanwhile
+                    return
 
     def _start_worker(self, w: _Worker) -> None:
         process = Process(target=worker, name=f"PoolWorker-{w.id}", daemon=True,
@@ -251,12 +260,16 @@ class Pool:
 
     def _worker_ended(self, w: _Worker) -> None:
         popen = w.process._popen if w.process is not None else None
-        if popen is not None and popen.start_error is not None and not w.connected:
+        if popen is not None and not w.connected and not w.stopping \
+                and self._state != TERMINATE:
             with self._lock:
                 self._start_failures += 1
                 failures = self._start_failures
             if failures >= START_FAILURES_LIMIT:
-                self._break(popen.start_error)
+                self._break(popen.start_error or ProcessStartError(
+                    f"{failures} pool workers in a row exited (last exit code "
+                    f"{popen.returncode}) before they could take tasks; see their output "
+                    "above"))
         self._lose(w)
 
     def _break(self, exc: BaseException) -> None:
@@ -280,9 +293,12 @@ class Pool:
             self._workers.pop(w.id, None)
             if w.peer is not None:
                 self._by_peer.pop(w.peer, None)
-            running = w.batches.popleft() if w.batches else []
-            later = [t for batch in w.batches for t in batch]
+            running = [t for t in (w.batches.popleft() if w.batches else []) if not t.done]
+            later = [t for batch in w.batches for t in batch if not t.done]
             w.batches.clear()
+            self._lost[w.id] = {t.id: t for t in running + later}
+            while len(self._lost) > 64:
+                self._lost.popitem(last=False)
             retry = []
             for task in running:
                 task.attempts += 1
@@ -298,6 +314,7 @@ class Pool:
             self._changed.notify_all()
             self._dispatch_waiting()
         for task in failed:
+            task.done = True
             error = WorkerLostError(
                 f"pool task {task.describe()} failed: {task.attempts} worker(s) died "
                 "while running it (it may crash or exhaust its worker)")
@@ -309,6 +326,7 @@ class Pool:
             task.alone = True
             return [task]
         parts = []
+        task.superseded = True
         for offset, item in enumerate(task.payload):
             part = _Task(next(self._task_ids), task.fid, task.kind, [item], task.sink,
                          task.start + offset, 1)
@@ -331,8 +349,20 @@ class Pool:
         with self._lock:
             w = self._workers.get(wid)
             if w is None or not w.alive:
+                lost = self._lost.get(wid)
+                if op == RESULTS and lost:
+                    # results that were on their way when the worker was given up
+                    for tid, ok, value in serialization.loads(payload[1 + _WORKER.size:]):
+                        task = lost.pop(tid, None)
+                        if task is not None and not task.done and not task.superseded:
+                            task.done = True
+                            done.append((task, ok, value))
                 request.reply(STOP)
-                return
+                w = None
+        if w is None:
+            self._deliver(done)
+            return
+        with self._lock:
             if op == READY:
                 if not w.connected:
                     w.connected = True
@@ -345,7 +375,8 @@ class Pool:
                 by_id = {t.id: t for t in batch}
                 for tid, ok, value in results:
                     task = by_id.pop(tid, None)
-                    if task is not None:
+                    if task is not None and not task.done:
+                        task.done = True
                         done.append((task, ok, value))
             else:
                 request.reply(b"unknown pool request", transport.ERROR)
@@ -353,6 +384,10 @@ class Pool:
             self._offer(w, request)
             if self._state == CLOSE and not self._unfinished():
                 self._changed.notify_all()
+        self._deliver(done)
+
+    @staticmethod
+    def _deliver(done: list) -> None:
         for task, ok, value in done:
             if not ok:
                 value = serialization.unpack_exception(value)
@@ -362,24 +397,30 @@ class Pool:
         return bool(self._queue) or any(w.busy for w in self._workers.values())
 
     def _offer(self, w: _Worker, request: transport.Request) -> None:
-        """A worker's request line is free: give it work, park it, or stop it."""
+        """A worker's request line is free: give it work, park it, or stop it.
+
+        A worker waits on its lines in the order it sent them, so its parked lines are
+        always answered oldest first; then the master's list of the batches a worker
+        holds is in the order the worker runs them, and its first batch is the one
+        running."""
+        w.lines.append(request)
         if w.stopping or (self._maxtasks is not None and w.dispatched >= self._maxtasks):
             w.stopping = True
-            w.lines.append(request)
             if not w.busy:
                 self._stop_lines(w)
                 self._changed.notify_all()
             return
-        if self._queue:
-            self._send_batch(w, request)
+        while self._queue and w.lines:
+            self._send_batch(w, w.lines.pop(0))
+        if not w.lines:
             return
         if self._state != RUN and not self._unfinished():
-            request.reply(STOP)
+            self._stop_lines(w)
             self._stop_idle()
             return
-        w.lines.append(request)
-        if not w.busy and len(w.lines) == 1:
-            self._idle_lines.append((w, request))
+        if not w.listed:
+            w.listed = True
+            (self._spare if w.busy else self._idle).append(w)
         if self._state != RUN:
             self._stop_idle()
 
@@ -396,6 +437,11 @@ class Pool:
                 self._stop_lines(w)
 
     def _send_batch(self, w: _Worker, request: transport.Request) -> None:
+        while self._queue and self._queue[0].done:
+            self._queue.popleft()  # delivered late by a lost worker
+        if not self._queue:
+            w.lines.insert(0, request)
+            return
         alive = max(1, sum(1 for x in self._workers.values() if x.connected and x.alive))
         first = self._queue.popleft()
         batch = [first]
@@ -404,8 +450,10 @@ class Pool:
             if self._maxtasks is not None:
                 size = min(size, self._maxtasks - w.dispatched - 1)
             while size > 0 and self._queue and not self._queue[0].alone:
-                batch.append(self._queue.popleft())
-                size -= 1
+                task = self._queue.popleft()
+                if not task.done:
+                    batch.append(task)
+                    size -= 1
         wire = []
         for task in batch:
             if task.fid in w.funcs:
@@ -418,8 +466,9 @@ class Pool:
             data = serialization.dumps(wire)
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
+                task.done = True
                 task.sink._set(task.start, task.count, False, exc)
-            self._offer(w, request)
+            w.lines.insert(0, request)
             return
         w.batches.append(batch)
         w.dispatched += len(batch)
@@ -437,16 +486,18 @@ class Pool:
                 return
             w, request = line
             self._send_batch(w, request)
+            if w.lines and not w.listed:
+                w.listed = True
+                (self._spare if w.busy else self._idle).append(w)
 
     def _next_line(self) -> tuple[_Worker, transport.Request] | None:
-        while self._idle_lines:
-            w, request = self._idle_lines.popleft()
-            if w.alive and not w.stopping and request in w.lines:
-                w.lines.remove(request)
-                return w, request
-        for w in self._workers.values():
-            if w.alive and not w.stopping and w.lines:
-                return w, w.lines.pop(0)
+        """The oldest parked line of a worker with nothing to do, else of a busy one."""
+        for listing in (self._idle, self._spare):
+            while listing:
+                w = listing.popleft()
+                w.listed = False
+                if w.alive and not w.stopping and w.lines:
+                    return w, w.lines.pop(0)
         return None
 
     # -- submitting -----------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Settings: code beats environment beats file; unknown keys and bad values are clear
+errors; plugin options are typed."""
+
+from __future__ import annotations
+
+import pytest
+
+import fiber
+from fiber import config
+from fiber.options import ConfigError, parse_memory
+
+
+def test_precedence_code_env_file(tmp_path, monkeypatch, fresh_config):
+    cfgfile = tmp_path / "fiberconfig"
+    cfgfile.write_text("[default]\ncpu = 2\nmemory = 1G\nimage = from-file\n")
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(cfgfile))
+    monkeypatch.setenv("FIBER_IMAGE", "from-env")
+    config.reset()  # settings are cached per process; read them again
+    cfg = config.get_config()
+    assert (cfg.cpu, cfg.memory, cfg.image) == (2.0, 1024, "from-env")
+    assert cfg.sources["cpu"] == str(cfgfile) and cfg.sources["image"] == "environment"
+    cfg = fiber.init(image="from-code", memory="512M")
+    assert (cfg.image, cfg.memory, cfg.sources["image"]) == ("from-code", 512, "code")
+    assert cfg.child_env()["FIBER_IMAGE"] == "from-code"
+
+
+def test_unknown_keys_are_errors_everywhere(tmp_path, monkeypatch, fresh_config):
+    with pytest.raises(ConfigError, match="unknown setting 'imagee'.*did you mean 'image'"):
+        fiber.init(imagee="x")
+    monkeypatch.setenv("FIBER_NO_SUCH_THING", "1")
+    with pytest.raises(ConfigError, match="FIBER_NO_SUCH_THING"):
+        config.load()
+    monkeypatch.delenv("FIBER_NO_SUCH_THING")
+    bad = tmp_path / "bad"
+    bad.write_text("[default]\nbakend = local\n")
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(bad))
+    with pytest.raises(ConfigError, match=f"unknown setting 'bakend' \\(from {bad}\\)"):
+        config.load()
+
+
+def test_bad_values_say_what_is_expected(monkeypatch, fresh_config):
+    monkeypatch.setenv("FIBER_CPU", "lots")
+    with pytest.raises(ConfigError, match="'lots' for setting 'cpu'"):
+        config.load()
+    monkeypatch.delenv("FIBER_CPU")
+    with pytest.raises(ConfigError, match="expected one of"):
+        fiber.init(log_level="LOUD")
+    with pytest.raises(ConfigError, match="4G"):
+        fiber.init(memory="four gigs")
+    assert parse_memory("1.5Gi") == 1536 and parse_memory(300) == 300
+
+
+def test_meta_sets_resources():
+    @fiber.meta(cpu=2, memory="2G", gpu=1)
+    def target():
+        pass
+
+    assert target.__fiber_meta__ == {"cpu": 2.0, "memory": 2048, "gpu": 1}
+    with pytest.raises(ValueError):
+        fiber.meta(cpu=-1)
+
+
+def test_backend_selected_by_environment(monkeypatch, fresh_config):
+    monkeypatch.setenv("FIBER_BACKEND", "example-missing")
+    from fiber import plugins
+
+    with pytest.raises(plugins.BackendNotFoundError, match="example-missing"):
+        fiber.Process(target=print).start()

@@ -1,0 +1,56 @@
+"""Backends are plugins: discovery through entry points, a clear message for a missing
+one, and a third-party plugin package installed and selected by FIBER_BACKEND."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fiber import plugins
+
+EXAMPLE = Path(__file__).parent.parent / "example_plugin"
+
+
+def test_local_backend_registers_through_the_hooks():
+    found = plugins.backends()
+    assert found["local"].package == "fiber-core"
+    impls = [i.plugin_name for i in plugins.plugin_manager().hook.fiber_backends.get_hookimpls()]
+    assert "local" in impls  # the entry point name, like any third-party plugin
+
+
+@pytest.mark.parametrize("name,package", [("slurm", "fiber-slurm"), ("kubernetes", "fiber-k8s")])
+def test_missing_backend_names_its_package(name, package):
+    if name in plugins.backends():
+        pytest.skip(f"{package} is installed here")
+    with pytest.raises(plugins.BackendNotFoundError, match=f"pip install {package}"):
+        plugins.get_backend(name)
+
+
+def test_third_party_plugin_is_discovered(run_script):
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", str(EXAMPLE)],
+                   check=True, capture_output=True, timeout=300)
+    try:
+        listing = subprocess.run([sys.executable, "-m", "fiber.cli", "backends"],
+                                 capture_output=True, text=True, check=True)
+        assert "example  fiber-example-backend 0.0.1" in listing.stdout
+        result = run_script(
+            """
+            import os
+            import fiber
+
+            def where(x):
+                return x * 2, os.environ.get("EXAMPLE_JOB_MARKER")
+
+            if __name__ == "__main__":
+                with fiber.Pool(2) as pool:
+                    print(pool.map(where, range(3)))
+            """,
+            env={"FIBER_BACKEND": "example", "FIBER_EXAMPLE_MARKER": "seen"})
+        assert result.returncode == 0, result.stderr
+        assert "[(0, 'seen'), (2, 'seen'), (4, 'seen')]" in result.stdout
+    finally:
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y",
+                        "fiber-example-backend"], capture_output=True, timeout=120)
