@@ -103,6 +103,7 @@ class Backend(abc.ABC):
         """Free what the cluster keeps of an ended job (remove a container, a pod, a
         log file). Called once by the core after it has read the final status and
         the logs it needs; must not raise when nothing is left."""
+        return None
 
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
         """The jobs on the cluster whose labels include ``labels`` (for the CLI's
@@ -112,4 +113,5 @@ class Backend(abc.ABC):
 
     def close(self) -> None:
         """Release connections and threads. The backend is not used afterwards."""
+        return None
 

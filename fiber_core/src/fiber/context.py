@@ -10,6 +10,7 @@ import sys
 from typing import Any
 
 from fiber.config import init
+from fiber.connection import Pipe
 from fiber.errors import (
     AuthenticationError,
     BufferTooShort,
@@ -20,11 +21,10 @@ from fiber.errors import (
     TimeoutError,
     WorkerLostError,
 )
-from fiber.connection import Pipe
 from fiber.meta import meta
-from fiber.queues import JoinableQueue, Queue, SimpleQueue
 from fiber.pool import Pool
 from fiber.process import Process, active_children, current_process, parent_process
+from fiber.queues import JoinableQueue, Queue, SimpleQueue
 
 START_METHODS = ("fiber", "spawn", "forkserver", "fork")
 

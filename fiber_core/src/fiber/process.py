@@ -18,7 +18,6 @@ import sys
 import threading
 import uuid
 import weakref
-from typing import Any
 
 from fiber import config as _config
 
@@ -235,15 +234,15 @@ class Process:
         else:
             exitcode = self._popen.poll()
             status = "started" if exitcode is None else "stopped"
-        info = [type(self).__name__, "name=%r" % self._name]
+        info = [type(self).__name__, f"name={self._name!r}"]
         if self._popen is not None and self._popen.job is not None:
-            info.append("job=%s" % self._popen.job.id)
+            info.append(f"job={self._popen.job.id}")
         info.append(status)
         if exitcode is not None:
-            info.append("exitcode=%s" % _exitcode_text(exitcode))
+            info.append(f"exitcode={_exitcode_text(exitcode)}")
         if self.daemon:
             info.append("daemon")
-        return "<%s>" % " ".join(info)
+        return "<{}>".format(" ".join(info))
 
     def __getstate__(self) -> dict:
         state = dict(self.__dict__)
@@ -275,9 +274,9 @@ class Process:
             else:
                 sys.stderr.write(str(exc.code) + "\n")
                 exitcode = 1
-        except BaseException:
+        except BaseException:  # noqa: BLE001 - reported like multiprocessing does
             exitcode = 1
-            sys.stderr.write("Process %s:\n" % self.name)
+            sys.stderr.write(f"Process {self.name}:\n")
             traceback.print_exc()
         finally:
             try:
