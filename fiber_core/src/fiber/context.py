@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from fiber.config import init
+from fiber.config import get_config, init
 from fiber.connection import Pipe
 from fiber.errors import (
     AuthenticationError,
@@ -32,10 +32,15 @@ __all__ = [
     "Process", "Pool", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "current_process", "parent_process", "active_children", "cpu_count",
     "get_context", "set_start_method", "get_start_method", "get_all_start_methods",
     "freeze_support", "set_executable", "set_forkserver_preload", "allow_connection_pickling",
-    "get_logger", "log_to_stderr", "init", "meta",
+    "get_logger", "log_to_stderr", "init", "meta", "get_config_value",
     "ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError",
     "ProcessStartError", "ConnectionLostError", "RemoteError", "WorkerLostError",
 ]
+
+
+def get_config_value(name: str) -> Any:
+    """fiber extension: the effective value of a setting (``fiber config`` shows all)."""
+    return getattr(get_config(), name)
 
 
 def cpu_count() -> int:
