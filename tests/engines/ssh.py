@@ -3,12 +3,13 @@
 ``start()`` installs OpenSSH/iproute2/iptables if missing (scripts/engines/ssh/install.sh)
 and runs ``scripts/engines/ssh/hosts.py up``: two network namespaces (hostnames h1 and
 h2, addresses 127.10.0.34 and .35) joined by a bridge that carries this machine's
-address 127.10.0.33, each with its own sshd on port 2222, a fresh host key, a client key
+address 127.10.0.33 (or the next free 127.10.0.x/28 when another session holds those),
+each with its own sshd on port 2222, a fresh host key, a client key
 and a known-hosts file (so the default "reject unknown host keys" policy is what the
 tests use). It returns the FIBER_SSH_* settings, plus ``FSSH_TEST_STATE`` (the state
 file the tests in tests/ssh read). ``stop()`` runs ``hosts.py down``: kills every process
 left in the namespaces and the sshds by pid, deletes namespaces, bridge and the iptables
-rule it added, and removes the temp dir. ``FSSH_TEST_NET`` picks another /28 subnet.
+rule it added, and removes the temp dir. ``FSSH_TEST_NET`` forces a /28 subnet (with prefix ``fssh-``).
 """
 
 from __future__ import annotations
@@ -32,9 +33,10 @@ def start() -> dict[str, str]:
         raise RuntimeError("the ssh test hosts need root (network namespaces, sshd)")
     subprocess.run(["sh", str(SCRIPTS / "install.sh")], check=True, stdin=subprocess.DEVNULL)
     _state_dir = tempfile.mkdtemp(prefix="fiber-ssh-hosts-")
-    argv = [sys.executable, str(SCRIPTS / "hosts.py"), "up", "--dir", _state_dir, "--count", "2"]
+    argv = [sys.executable, str(SCRIPTS / "hosts.py"), "up", "--dir", _state_dir, "--count", "2",
+            "--owner", str(os.getpid())]
     if os.environ.get("FSSH_TEST_NET"):
-        argv += ["--net", os.environ["FSSH_TEST_NET"]]
+        argv += ["--net", os.environ["FSSH_TEST_NET"], "--prefix", "fssh-"]
     done = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
     if done.returncode != 0:
         _state_dir = None

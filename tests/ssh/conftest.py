@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from ssh_helpers import ROOT, _load, describe, wait_no_leftovers
+
 from fiber import config
 from fiber_ssh.backend import SSHBackend
-from ssh_helpers import ROOT, _load, describe, wait_no_leftovers
 
 
 @pytest.fixture(scope="session")

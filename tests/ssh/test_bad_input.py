@@ -10,6 +10,7 @@ import textwrap
 import uuid
 
 import pytest
+
 from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
 from fiber.job import JobSpec, JobState
 

@@ -4,6 +4,7 @@ namespaces), then a check that no job process is left on them."""
 from __future__ import annotations
 
 import pytest
+
 from fiber.testing.contract import BackendContract
 
 

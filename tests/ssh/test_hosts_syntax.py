@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from fiber_ssh.hosts import HostSyntaxError, parse_entry, resolve_hosts
 
 

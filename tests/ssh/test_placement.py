@@ -8,6 +8,7 @@ import time
 import uuid
 
 import pytest
+
 from fiber.backend import JobCreationError
 from fiber.job import JobSpec, JobState
 

@@ -9,10 +9,11 @@ import socket
 import time
 from pathlib import Path
 
-import fiber
 import pytest
-from fiber import config, plugins
 from ssh_helpers import describe, kill_host_processes, leftovers, set_link
+
+import fiber
+from fiber import config, plugins
 
 
 def slow_square(x: int) -> tuple[int, str]:

@@ -2,17 +2,20 @@
 
 Each host is a network namespace with its own ``sshd`` and hostname. The namespaces
 hang off a bridge of this machine through veth pairs; the bridge carries the first
-address of a small loopback-range subnet (default ``127.10.0.32/28``, so 127.10.0.33
-is this machine and 127.10.0.34, .35, ... are the hosts; ``route_localnet`` makes
-127/8 addresses routable on those links). Nothing listens outside these addresses.
+address of a small loopback-range subnet (the first free ``127.10.0.(32+16k)/28``,
+k = 0..7, with interface prefix ``fssh<k>-``: for k = 0, 127.10.0.33 is this machine
+and 127.10.0.34, .35, ... are the hosts; ``route_localnet`` makes 127/8 addresses
+routable on those links). Nothing listens outside these addresses.
 
-    python3 hosts.py up   --dir DIR [--count 2] [--net 127.10.0.32/28] [--port 2222]
+    python3 hosts.py up   --dir DIR [--count 2] [--net NET --prefix P] [--port 2222]
     python3 hosts.py down --dir DIR
 
-``up`` writes ``DIR/state.json`` (namespaces, bridge, pids, iptables rule, keys) and
-prints it; ``down`` reads it, kills every process left in the namespaces and the sshds
-(by pid), deletes the namespaces, the bridge and the iptables rule it added, and
-removes DIR. Both need root.
+``up`` writes ``DIR/state.json`` (namespaces, bridge, pids, iptables rule, keys),
+registers DIR with the owning test process's pid under /run/fiber-ssh-test-hosts (hosts
+whose owner died are torn down by the next ``up``) and prints the state; ``down``
+reads it, kills every process left in the namespaces and the sshds (by pid), deletes
+the veths, the namespaces, the bridge and the iptables rule it added, and removes DIR.
+Both need root.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
+REGISTRY = Path("/run/fiber-ssh-test-hosts")
 
 SSHD_CONFIG = """\
 ListenAddress {address}
@@ -87,31 +91,85 @@ def _wait_port(address: str, port: int, timeout: float = 20.0) -> None:
             time.sleep(0.1)
 
 
+def _conflict(prefix: str, net: ipaddress.IPv4Network, count: int) -> str | None:
+    """Why ``prefix``/``net`` cannot be used now, or ``None``."""
+    addrs = list(net.hosts())
+    if len(addrs) < count + 1:
+        return f"subnet {net} has room for fewer than {count} hosts"
+    taken = sh("ip", "-o", "addr", "show").stdout
+    for addr in addrs[: count + 1]:
+        if f"inet {addr}/" in taken:
+            return f"address {addr} is already in use on this machine"
+    for ifname in [f"{prefix}br"] + [f"{prefix}v{i}" for i in range(1, count + 1)]:
+        if sh("ip", "link", "show", ifname, check=False).returncode == 0:
+            return f"network interface {ifname} already exists"
+    for i in range(1, count + 1):
+        if os.path.exists(f"/run/netns/{prefix}h{i}"):
+            return f"network namespace {prefix}h{i} already exists"
+    return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reclaim_stale() -> None:
+    """Tear down test hosts of earlier sessions whose test process is gone (killed
+    before it could stop them); they were made by this script (registry in /run)."""
+    if not REGISTRY.is_dir():
+        return
+    for entry in REGISTRY.glob("*.json"):
+        try:
+            record = json.loads(entry.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(int(record.get("owner", 0))):
+            continue
+        down_dir(Path(record["dir"]), record)
+        entry.unlink(missing_ok=True)
+
+
+def choose(args: argparse.Namespace) -> tuple[str, ipaddress.IPv4Network]:
+    """The interface prefix and subnet: the given ones, or the first free slot
+    ``fssh<k>-`` / ``127.10.0.(32+16k)/28`` (so sessions can run side by side)."""
+    if args.net or args.prefix:
+        prefix = args.prefix or "fssh-"
+        net = ipaddress.ip_network(args.net or "127.10.0.32/28")
+        problem = _conflict(prefix, net, args.count)
+        if problem:
+            sys.exit(f"cannot make the ssh test hosts: {problem}; tear down the old test "
+                     "hosts (hosts.py down) or pick another --net / --prefix (FSSH_TEST_NET)")
+        return prefix, net
+    problems = []
+    for k in range(8):
+        prefix = f"fssh{k}-"
+        net = ipaddress.ip_network(f"127.10.0.{32 + 16 * k}/28")
+        problem = _conflict(prefix, net, args.count)
+        if problem is None:
+            return prefix, net
+        problems.append(problem)
+    sys.exit("cannot make the ssh test hosts, every slot is taken: " + "; ".join(problems))
+
+
 def up(args: argparse.Namespace) -> dict:
     base = Path(args.dir)
     base.mkdir(parents=True, exist_ok=True)
-    net = ipaddress.ip_network(args.net)
+    reclaim_stale()
+    prefix, net = choose(args)
     addrs = list(net.hosts())
-    if len(addrs) < args.count + 1:
-        sys.exit(f"subnet {net} has room for fewer than {args.count} hosts")
-    prefix = args.prefix
     bridge = f"{prefix}br"
-    taken = sh("ip", "-o", "addr", "show").stdout
-    for addr in addrs[: args.count + 1]:
-        if f"inet {addr}/" in taken:
-            sys.exit(f"address {addr} is already in use on this machine; tear down the old "
-                     f"test hosts (hosts.py down) or pick another subnet (--net / "
-                     "FSSH_TEST_NET)")
-    for ifname in [bridge] + [f"{prefix}v{i}" for i in range(1, args.count + 1)]:
-        if sh("ip", "link", "show", ifname, check=False).returncode == 0:
-            sys.exit(f"network interface {ifname} already exists (left by an earlier run?); "
-                     f"delete it (ip link del {ifname}) or pick another --prefix")
-    for i in range(1, args.count + 1):
-        if os.path.exists(f"/run/netns/{prefix}h{i}"):
-            sys.exit(f"network namespace {prefix}h{i} already exists (left by an earlier "
-                     f"run?); delete it (ip netns del {prefix}h{i}) or pick another --prefix")
+    REGISTRY.mkdir(parents=True, exist_ok=True)
+    (REGISTRY / f"{prefix}.json").write_text(json.dumps(
+        {"dir": str(base), "owner": args.owner or os.getppid(), "prefix": prefix,
+         "count": args.count}))
     state: dict = {"dir": str(base), "bridge": bridge, "namespaces": [], "sshd_pids": [],
-                   "iptables": None, "hosts": [], "net": str(net)}
+                   "iptables": None, "hosts": [], "net": str(net), "prefix": prefix}
     state_path = base / "state.json"
 
     def save() -> None:
@@ -198,12 +256,24 @@ def _kill(pids: list[int], sig: int) -> None:
 
 
 def down(args: argparse.Namespace) -> None:
-    base = Path(args.dir)
+    down_dir(Path(args.dir))
+
+
+def down_dir(base: Path, record: dict | None = None) -> None:
+    """Tear down the hosts described by ``base/state.json`` (or, when that is gone, by
+    the names a registry ``record`` implies)."""
     try:
         state = json.loads((base / "state.json").read_text())
     except (OSError, ValueError):
-        shutil.rmtree(base, ignore_errors=True)
-        return
+        if record is None:
+            shutil.rmtree(base, ignore_errors=True)
+            return
+        prefix, count = record["prefix"], int(record.get("count", 2))
+        state = {"namespaces": [f"{prefix}h{i}" for i in range(1, count + 1)],
+                 "hosts": [{"veth": f"{prefix}v{i}"} for i in range(1, count + 1)],
+                 "bridge": f"{prefix}br", "bridge_created": True, "prefix": prefix,
+                 "iptables": ["FORWARD", "-i", f"{prefix}br", "-o", f"{prefix}br", "-j",
+                              "ACCEPT"]}
     namespaces = state.get("namespaces", [])
     # everything still running in our namespaces (job processes, sshd sessions), then sshd
     for sig in (signal.SIGTERM, signal.SIGKILL):
@@ -226,6 +296,8 @@ def down(args: argparse.Namespace) -> None:
         sh("ip", "link", "del", state["bridge"], check=False)
     if state.get("iptables"):
         sh("iptables", "-D", *state["iptables"], check=False)
+    if state.get("prefix"):
+        (REGISTRY / f"{state['prefix']}.json").unlink(missing_ok=True)
     shutil.rmtree(base, ignore_errors=True)
 
 
@@ -234,9 +306,10 @@ def main() -> None:
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("--dir", required=True)
     parser.add_argument("--count", type=int, default=2)
-    parser.add_argument("--net", default="127.10.0.32/28")
+    parser.add_argument("--net", help="subnet (default: the first free 127.10.0.x/28)")
     parser.add_argument("--port", type=int, default=2222)
-    parser.add_argument("--prefix", default="fssh-")
+    parser.add_argument("--prefix", help="interface name prefix (default: fssh<k>-)")
+    parser.add_argument("--owner", type=int, help="pid of the test session (default: parent)")
     args = parser.parse_args()
     if args.action == "up":
         try:

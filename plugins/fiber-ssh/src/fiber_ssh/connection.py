@@ -18,10 +18,10 @@ import threading
 from typing import Any
 
 import paramiko
-from fiber.backend import ClusterUnreachableError
 from paramiko.common import MSG_CHANNEL_REQUEST
 from paramiko.message import Message
 
+from fiber.backend import ClusterUnreachableError
 from fiber_ssh.hosts import HostSpec
 
 logger = logging.getLogger("fiber.ssh")

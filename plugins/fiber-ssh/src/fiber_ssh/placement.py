@@ -14,7 +14,6 @@ import math
 
 from fiber.backend import ClusterUnreachableError, JobCreationError
 from fiber.job import JobSpec
-
 from fiber_ssh.connection import HostConnection
 
 logger = logging.getLogger("fiber.ssh")
