@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 
 import docker
 import pytest
+
 from fiber import config
 from fiber_docker import DockerBackend
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+
 from fiber import config
 from fiber.backend import ClusterUnreachableError, JobCreationError
 from fiber.job import JobSpec

@@ -11,6 +11,7 @@ import textwrap
 import time
 
 import pytest
+
 from fiber.job import JobSpec, JobState
 
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import time
 
-import fiber
 import pytest
+
+import fiber
 
 
 def slow_square(x: int) -> int:

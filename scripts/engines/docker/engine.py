@@ -129,7 +129,7 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     log = run_dir / "dockerd.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false",
+            [dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
              "--data-root", str(data_root), "--exec-root", str(run_dir / "x"),
              "--host", f"unix://{socket}", "--pidfile", str(run_dir / "docker.pid")],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

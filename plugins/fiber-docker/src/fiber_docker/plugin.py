@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from fiber.hookspecs import hookimpl
 from fiber.options import ConfigOption, parse_bool
-
 from fiber_docker.backend import DockerBackend
 from fiber_docker.volumes import parse_volumes
 
