@@ -6,9 +6,11 @@ from inside a container."""
 
 from __future__ import annotations
 
+import os
 import sys
 import textwrap
 import time
+import uuid
 
 import pytest
 
@@ -97,8 +99,9 @@ def test_oom_kill_is_reported(backend, jobs, run_labels):
 
 
 def test_external_kill_fails_and_terminate_cancels(backend, jobs, run_labels, engine_client):
-    killed = jobs(_py("import time; time.sleep(120)", run_labels))
-    stopped = jobs(_py("import time; time.sleep(120)", run_labels))
+    marker = "marker-" + uuid.uuid4().hex
+    killed = jobs(_py(f"import time; time.sleep(120)  # {marker}", run_labels))
+    stopped = jobs(_py(f"import time; time.sleep(120)  # {marker}", run_labels))
     _wait_running(backend, killed)
     _wait_running(backend, stopped)
     engine_client.api.kill(killed.id)  # `docker kill`: SIGKILL from outside fiber
@@ -108,6 +111,19 @@ def test_external_kill_fails_and_terminate_cancels(backend, jobs, run_labels, en
     assert backend.status(killed).reason == "SIGKILL"
     status = backend.wait(stopped, 30)
     assert (status.state, status.exitcode) == (JobState.CANCELLED, -15)
+    assert _processes_with(marker) == []  # the kill reached the command, not just the init
+
+
+def _processes_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                if marker.encode() in handle.read():
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            pass
+    return found
 
 
 def test_poll_answers_many_jobs_with_one_engine_call(backend, jobs, run_labels, monkeypatch):
