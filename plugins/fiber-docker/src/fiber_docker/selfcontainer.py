@@ -16,9 +16,10 @@ import re
 _MOUNTED_FILE = re.compile(r"/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)\s")
 
 
-def own_container_id(mountinfo: str = "/proc/self/mountinfo") -> str | None:
+def own_container_id(mountinfo: str = "/proc/self/mountinfo",
+                     dockerenv: str = "/.dockerenv") -> str | None:
     """The id of the Docker container this process runs in, or ``None``."""
-    if not os.path.exists("/.dockerenv"):
+    if not os.path.exists(dockerenv):
         return None
     try:
         with open(mountinfo, encoding="utf-8", errors="replace") as handle:
