@@ -44,3 +44,23 @@ def test_cut_off_host_loses_its_jobs(make_backend, ssh_hosts):
     finally:
         set_link(ssh_hosts, 1, up=True)
         kill_host_processes(ssh_hosts, 1)
+
+
+def test_job_created_just_after_a_host_is_cut_off_runs_elsewhere(make_backend, ssh_hosts):
+    entries = [f"root@{h['address']}:{h['port']}*3" for h in ssh_hosts["hosts"]]
+    backend = make_backend(ssh_hosts=entries, ssh_keepalive=1.0, ssh_dead_after=3.0,
+                           ssh_connect_timeout=3.0)
+    jobs = [backend.create_job(spec(SLEEP)) for _ in range(3)]  # h1, h2, h1
+    assert [job.host for job in jobs] == [e.split("*")[0] for e in (entries[0], entries[1],
+                                                                     entries[0])]
+    set_link(ssh_hosts, 1, up=False)
+    try:
+        # h2 has the most free slots, so it is tried first, fails, and h1 runs the job
+        job = backend.create_job(spec("import socket; print(socket.gethostname())"))
+        assert job.host == entries[0].split("*")[0]
+        assert backend.wait(job, 30).state is JobState.SUCCEEDED
+        assert backend.logs(job).strip() == "h1"
+        assert backend.wait(jobs[1], 30).state is JobState.LOST
+    finally:
+        set_link(ssh_hosts, 1, up=True)
+        kill_host_processes(ssh_hosts, 1)

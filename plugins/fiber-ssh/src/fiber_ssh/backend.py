@@ -136,15 +136,27 @@ class SSHBackend(Backend):
                 self._start_dispatcher()
                 return job
             self._jobs[job.id] = job
-        try:
-            self._start(job, host)
-        except Exception:
-            with self._lock:
-                self._jobs.pop(job.id, None)
-                self._placement.give_back(host, request)
-                self._lock.notify_all()
-            raise
-        return job
+        while True:
+            try:
+                self._start(job, host)
+                return job
+            except ClusterUnreachableError as exc:
+                # the host died since it was last used: try the others
+                host.mark_down(exc)
+                with self._lock:
+                    self._placement.give_back(host, request)
+                    host = self._placement.take(request)
+                    if host is None:
+                        self._jobs.pop(job.id, None)
+                        self._lock.notify_all()
+                        raise
+                logger.warning("%s; starting job %s on another host", exc, spec.name)
+            except Exception:
+                with self._lock:
+                    self._jobs.pop(job.id, None)
+                    self._placement.give_back(host, request)
+                    self._lock.notify_all()
+                raise
 
     def _start(self, job: Job, host: HostSlots) -> None:
         """Open the channel, run the wrapper, read its first line (pid or error)."""
@@ -175,6 +187,10 @@ class SSHBackend(Backend):
             chan.close()
             raise ClusterUnreachableError(
                 f"starting job {spec.name} on SSH host {name} failed: {exc}") from None
+        if not first and not host.conn.alive:
+            chan.close()
+            raise ClusterUnreachableError(
+                f"SSH host {name} went away while job {spec.name} was starting")
         line, _, rest = bytes(first).partition(b"\n")
         text = line.decode("utf-8", "replace")
         if text.startswith(remote.PID_MARK):
@@ -184,6 +200,8 @@ class SSHBackend(Backend):
             chan.settimeout(None)
             threading.Thread(target=self._reader, args=(job,), daemon=True,
                              name=f"fiber-ssh-{spec.name}").start()
+            if handle.cancelled:  # terminated while it was being started from the queue
+                self.terminate(job, force=True)
             return
         chan.close()
         raise JobCreationError(self._start_error(spec, name, text, bytes(first)))
@@ -236,6 +254,11 @@ class SSHBackend(Backend):
                 logger.warning("%s", exc)
                 with self._lock:
                     self._placement.give_back(host, job.handle.request)
+                    if isinstance(exc, ClusterUnreachableError):
+                        host.mark_down(exc)
+                        if self._placement.any_usable() and not job.handle.cancelled:
+                            self._pending.appendleft(job)  # try the other hosts
+                            continue
                     job.handle.output.extend(f"{exc}\n".encode())
                     state = (JobState.LOST if isinstance(exc, ClusterUnreachableError)
                              else JobState.FAILED)
