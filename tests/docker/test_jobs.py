@@ -225,27 +225,34 @@ def test_network_setting(make_backend, jobs, run_labels, engine_client):
     assert engine_client.api.inspect_container(job.id)["HostConfig"]["NetworkMode"] == "none"
 
 
-def test_default_image_and_nested_jobs_inside_a_container(backend, jobs, run_labels,
-                                                          engine_client, docker_engine):
+def test_default_image_and_nested_jobs_inside_a_container(backend, make_backend, jobs,
+                                                          run_labels, engine_client,
+                                                          docker_engine, tmp_path):
     """A parent inside a container (with the engine's socket, mounted by default)
-    defaults to its own image and starts jobs of its own."""
+    defaults to its own image and starts jobs of its own; its working directory, a
+    bind mount of host directory X at another path in its container, is mounted into
+    them from X (paths translated through the parent container's mounts)."""
     code = f"""
         import sys
         from fiber.job import JobSpec
         from fiber_docker import DockerBackend
         inner = DockerBackend({{}})
         print('image=' + inner._image(JobSpec(command=[])), flush=True)
-        job = inner.create_job(JobSpec(command=[sys.executable, '-c', 'print("nested-ok")'],
+        write = 'open("nested.txt", "w").write("from the nested job"); print("nested-ok")'
+        job = inner.create_job(JobSpec(command=[sys.executable, '-c', write], cwd='/fiber-outer-dir',
                                        labels={run_labels!r}, name='nested'))
         status = inner.wait(job, 60)
         print('nested', status.state.value, inner.logs(job).strip(), flush=True)
         inner.release(job)
         inner.close()
     """
-    outer = jobs(_py(code, run_labels, name="outer"))
-    assert backend.wait(outer, 120).state is JobState.SUCCEEDED, backend.logs(outer)
+    volumes = [*backend.options["docker_volumes"], f"{tmp_path}:/fiber-outer-dir"]
+    outer_backend = make_backend(docker_volumes=volumes)
+    outer = jobs(_py(code, run_labels, name="outer", cwd="/fiber-outer-dir"), on=outer_backend)
+    assert outer_backend.wait(outer, 120).state is JobState.SUCCEEDED, backend.logs(outer)
     logs = backend.logs(outer)
     image_id = engine_client.images.get(docker_engine["FIBER_IMAGE"]).id
     assert f"image={image_id}" in logs
     assert "nested succeeded nested-ok" in logs
+    assert (tmp_path / "nested.txt").read_text() == "from the nested job"
     assert [j.spec.name for j in backend.list_jobs(run_labels)] == ["outer"]
