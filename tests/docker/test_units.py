@@ -1,7 +1,10 @@
-"""The docker backend's pure functions (no engine needed, nothing faked): exit code
-and state mapping, volume specs, finding this process's container in mountinfo."""
+"""The docker backend's pure functions (no engine needed): exit code and state
+mapping, volume specs, finding this process's container in mountinfo. Only the
+hostname is faked (in one test, which says so); the engine tests are elsewhere."""
 
 from __future__ import annotations
+
+import socket
 
 import pytest
 
@@ -53,7 +56,8 @@ def test_is_under():
     assert not is_under("/ab", "/a")
 
 
-def test_own_container_id_from_mountinfo(tmp_path):
+def test_own_container_id_from_mountinfo(tmp_path, monkeypatch):
+    """(The hostname is replaced by a stand-in to test the short-id fallback.)"""
     cid = "0123456789abcdef" * 4
     mountinfo = tmp_path / "mountinfo"
     mountinfo.write_text(
@@ -66,4 +70,7 @@ def test_own_container_id_from_mountinfo(tmp_path):
     dockerenv.write_text("")
     assert own_container_id(str(mountinfo), str(dockerenv)) == cid
     mountinfo.write_text("27 1 254:0 / / rw - ext4 /dev/vda rw\n")
+    monkeypatch.setattr(socket, "gethostname", lambda: "build-host")
     assert own_container_id(str(mountinfo), str(dockerenv)) is None
+    monkeypatch.setattr(socket, "gethostname", lambda: "0123456789ab")
+    assert own_container_id(str(mountinfo), str(dockerenv)) == "0123456789ab"

@@ -5,14 +5,17 @@ turn paths of this container into paths of the engine's machine (bind mounts nam
 paths on the engine's machine). With host networking the hostname is the host's, so
 the container id is read from ``/proc/self/mountinfo``: Docker bind-mounts the
 container's own ``hostname``, ``hosts`` and ``resolv.conf`` files from
-``<data-root>/containers/<id>/``.
+``<data-root>/containers/<id>/``; without host networking the hostname (the short id)
+is the fallback. The id is only a candidate: the backend asks the engine about it.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import socket
 
+_SHORT_ID = re.compile(r"[0-9a-f]{12}")
 _MOUNTED_FILE = re.compile(r"/containers/([0-9a-f]{64})/(?:hostname|hosts|resolv\.conf)\s")
 
 
@@ -25,6 +28,10 @@ def own_container_id(mountinfo: str = "/proc/self/mountinfo",
         with open(mountinfo, encoding="utf-8", errors="replace") as handle:
             text = handle.read()
     except OSError:
-        return None
+        text = ""
     match = _MOUNTED_FILE.search(text)
-    return match.group(1) if match else None
+    if match:
+        return match.group(1)
+    # Without host networking Docker names the container's host after its short id.
+    name = socket.gethostname()
+    return name if _SHORT_ID.fullmatch(name) else None
