@@ -29,32 +29,46 @@ def _timed(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
 
 
 def overhead(session: Session, workers: int, durations: list[float], ideal: float,
-             give_up_ratio: float) -> tuple[dict, dict]:
+             give_up_ratio: float, rates: dict[str, float] | None = None,
+             latency_s: float | None = None) -> tuple[dict, dict]:
     """Fiber paper's overhead test: ``workers*ideal/d`` sleeps of ``d`` (ideal time ``ideal``),
     as one map (framework default chunk size and chunksize=1) and as sequential rounds of
-    ``workers`` concurrent calls. Durations run longest first; a pattern that already took
-    more than ``give_up_ratio`` x ideal is not repeated with shorter tasks (it would only
-    take longer): it is returned in the second dict with the reason."""
+    ``workers`` concurrent calls.
+
+    To bound the run time of slow frameworks, a pattern is not run (it is returned in
+    the second dict with the reason) when it already took more than ``give_up_ratio`` x
+    ideal with longer tasks, or when the framework's measured empty-task ``rates``
+    (tasks/s by chunk size label) or round-trip ``latency_s`` predict more than that."""
     out: dict[str, float] = {}
     skipped: dict[str, str] = {}
     slow: dict[str, str] = {}
+    rates = rates or {}
+    limit = give_up_ratio * ideal
     for d in sorted(durations, reverse=True):
         n = round(workers * ideal / d)
+        count = round(ideal / d)
         key = f"{d * 1000:g}ms"
         runs = {
-            "map_default": (session.map, tasks.sleep, [d] * n, None),
-            "map_cs1": (session.map, tasks.sleep, [d] * n, 1),
-            "rounds": (_rounds, session, d, workers, round(ideal / d)),
+            "map_default": ((session.map, tasks.sleep, [d] * n, None),
+                            n / rates["default"] if rates.get("default") else 0.0),
+            "map_cs1": ((session.map, tasks.sleep, [d] * n, 1),
+                        n / rates["cs1"] if rates.get("cs1") else 0.0),
+            "rounds": ((_rounds, session, d, workers, count),
+                       count * (d + latency_s) if latency_s else 0.0),
         }
-        for pattern, (fn, *args) in runs.items():
+        for pattern, ((fn, *args), predicted) in runs.items():
             if pattern in slow:
                 skipped[f"{pattern}/{key}"] = slow[pattern]
                 continue
+            if predicted > limit:
+                skipped[f"{pattern}/{key}"] = (
+                    f"not run: its measured throughput/latency predict {predicted / ideal:.1f}x "
+                    f"ideal (limit {give_up_ratio:g}x)")
+                continue
             t, _ = _timed(fn, *args)
             out[f"{pattern}/{key}"] = t
-            if t > give_up_ratio * ideal:
-                slow[pattern] = (f"not run: already {t / ideal:.1f}x ideal with "
-                                 f"{key} tasks")
+            if t > limit:
+                slow[pattern] = f"not run: already {t / ideal:.1f}x ideal with {key} tasks"
     return out, skipped
 
 
@@ -69,7 +83,7 @@ def throughput(session: Session, target_seconds: float, max_tasks: int) -> dict:
     ``target_seconds``."""
     out: dict[str, float] = {}
     for label, cs in (("cs1", 1), ("default", None)):
-        probe = 100
+        probe = 20
         t, _ = _timed(session.map, tasks.noop, list(range(probe)), cs)
         n = int(min(max_tasks, max(probe, probe / max(t, 1e-6) * target_seconds)))
         t, res = _timed(session.map, tasks.noop, list(range(n)), cs)

@@ -31,28 +31,28 @@ REPO = Path(__file__).resolve().parent.parent
 MODES: dict[str, dict] = {
     "smoke": {
         "reps": 1, "workers": 2, "durations": [0.01], "ideal": 0.1,
-        "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20,
+        "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20, "latency_seconds": 2,
         "cold_sizes": [2], "heavy_cap": 2, "cold_timeout": 60,
         "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
-        "give_up_ratio": 3.0, "heavy_reps": 1,
+        "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
-        "throughput_seconds": 0.5, "throughput_max": 20000, "latency_calls": 200,
+        "throughput_seconds": 0.5, "throughput_max": 20000, "latency_calls": 200, "latency_seconds": 3,
         "cold_sizes": [5, 50], "heavy_cap": 5, "cold_timeout": 120,
         "scale_sizes": [32, 128], "scale_task_seconds": 0.5, "scale_tasks_per_worker": 2,
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 400, "process_count": 10, "timeout": 300,
-        "give_up_ratio": 3.0, "heavy_reps": 1,
+        "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
-        "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000,
+        "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000, "latency_seconds": 10,
         "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
         "scale_sizes": [32, 128, 256, 512, 1024], "scale_task_seconds": 1.0,
         "scale_tasks_per_worker": 2,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
-        "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3,
+        "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -96,7 +96,7 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: ours alone
         _, stderr = proc.communicate()
         result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"},
-                  "stderr_tail": stderr[-6000:]}
+                  "stderr_tail": stderr if len(stderr) < 12000 else stderr[:4000] + "\n[...]\n" + stderr[-8000:]}
     except json.JSONDecodeError:
         result = {"metrics": {}, "errors": {"worker": f"exited {proc.returncode} without results"}}
     finally:
@@ -155,6 +155,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if (kind, name) in broken:
                     continue
                 if kind == "pool" and rep >= cfg["heavy_reps"] and name in heavy:
+                    continue
+                if kind == "scale" and rep >= cfg["scale_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

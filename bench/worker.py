@@ -23,17 +23,24 @@ logger = logging.getLogger("fiber.bench")
 
 
 def _record(result: dict, bench: str, fn: Any) -> None:
+    t0 = time.perf_counter()
     try:
         result["metrics"][bench] = fn()
     except Exception as exc:  # noqa: BLE001 - a contender's failure is a result, not a crash
         logger.warning("%s failed: %s", bench, exc)
         result["errors"][bench] = f"{type(exc).__name__}: {exc}".strip()[:500]
         result["tracebacks"][bench] = traceback.format_exc()[-4000:]
+    finally:
+        result["bench_seconds"][bench] = round(time.perf_counter() - t0, 2)
 
 
 def _overhead(session: Any, cfg: dict, result: dict) -> dict:
+    thr = result["metrics"].get("throughput", {})
+    rates = {k.split("/")[1]: v for k, v in thr.items() if k.startswith("tasks_per_s/")}
+    lat = result["metrics"].get("latency", {}).get("median_us")
     metrics, skipped = measure.overhead(session, cfg["workers"], cfg["durations"],
-                                        cfg["ideal"], cfg["give_up_ratio"])
+                                        cfg["ideal"], cfg["give_up_ratio"], rates,
+                                        lat / 1e6 if lat else None)
     for key, why in skipped.items():
         result["errors"][f"overhead/{key}"] = why
     return metrics
@@ -52,10 +59,11 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
         return
     result["metrics"]["start"] = {"seconds": time.perf_counter() - t0}
     try:
-        _record(result, "overhead", lambda: _overhead(session, cfg, result))
+        _record(result, "latency", lambda: measure.latency(
+            session, cfg["latency_calls"], cfg["latency_seconds"]))
         _record(result, "throughput", lambda: measure.throughput(
             session, cfg["throughput_seconds"], cfg["throughput_max"]))
-        _record(result, "latency", lambda: measure.latency(session, cfg["latency_calls"]))
+        _record(result, "overhead", lambda: _overhead(session, cfg, result))
     finally:
         session.close()
     for n in cfg["cold_sizes"]:
@@ -119,7 +127,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING)
     # Shortly before the orchestrator's time limit, show where every thread is stuck.
     faulthandler.dump_traceback_later(max(5.0, spec["config"]["timeout"] - 15), exit=False)
-    result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}}
+    result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}, "bench_seconds": {}}
     try:
         KINDS[spec["kind"]](spec["contender"], spec["config"], result)
     finally:

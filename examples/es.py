@@ -23,8 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import fiber as mp
 import numpy as np
+
+import fiber as mp
 
 ENV_ID = "CartPole-v1"
 NOISE_SEED = 123

@@ -22,12 +22,13 @@ import sys
 import time
 from pathlib import Path
 
-import fiber
 import gymnasium as gym
 import stable_baselines3.common.vec_env.subproc_vec_env as sb3_subproc
 from stable_baselines3 import PPO
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import SubprocVecEnv, VecMonitor
+
+import fiber
 
 sb3_subproc.mp = fiber  # SubprocVecEnv's Process and Pipe are now fiber's
 

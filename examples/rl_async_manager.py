@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+
 from fiber.managers import AsyncManager
 
 

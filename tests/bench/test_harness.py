@@ -16,8 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-import fiber
 import pytest
+
+import fiber
 
 pytestmark = pytest.mark.timeout(900)  # the first test also runs the whole smoke run
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import fiber
 import pytest
 from example_runner import run_example
+
+import fiber
 
 pytest.importorskip("gymnasium", reason="examples need gymnasium (bench/requirements.txt)")
 pytestmark = pytest.mark.skipif(not hasattr(fiber, "Pool"), reason="fiber.Pool does not exist yet")

@@ -5,9 +5,10 @@ Needs torch and stable-baselines3 (examples/requirements-rl.txt); skipped withou
 
 from __future__ import annotations
 
-import fiber
 import pytest
 from example_runner import run_example
+
+import fiber
 
 pytest.importorskip("torch", reason="needs torch==2.13.0 (examples/requirements-rl.txt)")
 pytest.importorskip("stable_baselines3", reason="needs stable-baselines3 (examples/requirements-rl.txt)")
