@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
+
 from fiber_slurm import SlurmBackend
 from fiber_slurm.options import OPTIONS
 

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+
 from fiber.backend import ClusterUnreachableError, JobCreationError
 from fiber.job import JobSpec, JobState
 from fiber.options import ConfigError

@@ -4,6 +4,7 @@ check that the cluster holds no live job of the suite's run afterwards."""
 from __future__ import annotations
 
 import pytest
+
 from fiber.testing.contract import BackendContract
 from fiber_slurm import script
 

@@ -4,6 +4,7 @@ the same values are checked end to end by the contract suite)."""
 from __future__ import annotations
 
 import pytest
+
 from fiber.job import JobState
 from fiber_slurm.states import exitcode_from_pair, exitcode_from_wait_status, to_status
 

@@ -85,7 +85,6 @@ SelectTypeParameters=CR_Core
 ReturnToService=2
 SchedulerParameters=batch_sched_delay=0
 SlurmdParameters=config_overrides
-KillWait=5
 InactiveLimit=0
 MailProg=/bin/true
 NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=4096 State=UNKNOWN

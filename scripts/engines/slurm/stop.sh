@@ -45,7 +45,7 @@ cluster_pids() {
 }
 
 if alive "$(pid_of slurmctld)"; then
-    SLURM_CONF=$conf scancel --full --signal=KILL --state=RUNNING -u "$(id -un)" 2>/dev/null
+    SLURM_CONF=$conf scancel --batch --signal=KILL --state=RUNNING -u "$(id -un)" 2>/dev/null
     SLURM_CONF=$conf scancel -u "$(id -un)" 2>/dev/null
     for _ in $(seq 100); do
         [ -z "$(SLURM_CONF=$conf squeue -h -o %i 2>/dev/null)" ] && break

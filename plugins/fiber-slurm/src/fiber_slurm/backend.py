@@ -23,7 +23,6 @@ from typing import Any
 
 from fiber.backend import Backend, BackendError, JobCreationError
 from fiber.job import Job, JobSpec, JobState, JobStatus
-
 from fiber_slurm import script
 from fiber_slurm.commands import SlurmCommands
 from fiber_slurm.options import default_log_dir

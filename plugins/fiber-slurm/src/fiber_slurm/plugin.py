@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from fiber.hookspecs import hookimpl
 from fiber.options import ConfigOption
-
 from fiber_slurm.backend import SlurmBackend
 from fiber_slurm.options import OPTIONS
 
