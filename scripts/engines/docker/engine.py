@@ -13,6 +13,9 @@ The engine's data-root (which holds the cached test image) is
 lifetime of the dockerd (the lock's file descriptor is inherited by dockerd); a second
 concurrent session gets a temporary data-root and builds its own image.
 
+Every engine's directory holds ``engine.json`` naming the test process that owns it;
+:func:`start` first stops engines whose owner is gone (sessions killed before stop()).
+
 The image does not contain the editable installs (fiber-core, fiber-docker, ...):
 their source directories are bind-mounted read-only at the same paths through the
 ``docker_volumes`` setting returned by :func:`start`.
@@ -44,6 +47,8 @@ import build_image  # noqa: E402
 logger = logging.getLogger("fiber.docker.engine")
 
 FIBER_LABEL = "fiber.run"
+RUN_PREFIX = "fdk."
+STATE_FILE = "engine.json"
 # How long stop() waits for the tests' containers to be released before it calls
 # them left behind.
 GRACE_SECONDS = 15
@@ -95,13 +100,18 @@ def _lock_data_root(cache: Path) -> tuple[int | None, Path | None]:
     except OSError as exc:
         logger.warning("cannot use the cache dir %s (%s): using a temporary data-root", cache, exc)
         return None, None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        logger.warning("the cached data-root is in use by another engine: using a temporary one")
-        return None, None
-    return fd, cache / "data-root"
+    deadline = time.monotonic() + 5  # an engine being stopped may still hold it
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, cache / "data-root"
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+    os.close(fd)
+    logger.warning("the cached data-root is in use by another engine: using a temporary one")
+    return None, None
 
 
 def _remove_fiber_containers(client) -> list[str]:
@@ -120,7 +130,8 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     """Start the engine and build the image; return (settings, state for stop)."""
     dockerd = ensure_installed()
     started = time.monotonic()
-    run_dir = Path(tempfile.mkdtemp(prefix="fdk.", dir="/tmp"))
+    stop_abandoned()
+    run_dir = Path(tempfile.mkdtemp(prefix=RUN_PREFIX, dir="/tmp"))
     socket = str(run_dir / "docker.sock")
     lock_fd, data_root = _lock_data_root(cache_dir())
     temp_root = data_root is None
@@ -138,7 +149,8 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     if lock_fd is not None:
         os.close(lock_fd)  # dockerd holds the lock from now on
     state = {"pid": proc.pid, "run_dir": str(run_dir), "socket": socket,
-             "data_root": str(data_root), "temp_data_root": temp_root}
+             "data_root": str(data_root), "temp_data_root": temp_root, "owner": os.getpid()}
+    (run_dir / STATE_FILE).write_text(json.dumps(state))
     try:
         _wait_ready(proc, socket, log)
         ready = time.monotonic() - started
@@ -159,6 +171,33 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     settings = {"FIBER_IMAGE": tag, "FIBER_DOCKER_HOST": f"unix://{socket}",
                 "FIBER_DOCKER_VOLUMES": ",".join(volumes)}
     return settings, state
+
+
+def stop_abandoned() -> None:
+    """Stop the engines of earlier sessions whose test process is gone (a session
+    that was killed before its stop() ran)."""
+    for run_dir in Path("/tmp").glob(RUN_PREFIX + "*"):
+        try:
+            state = json.loads((run_dir / STATE_FILE).read_text())
+        except (OSError, ValueError):
+            continue
+        owner = int(state.get("owner", 0))
+        if owner <= 0 or _alive(owner):  # 0: started from the command line, kept
+            continue
+        logger.warning("stopping the docker engine of an ended session in %s", run_dir)
+        stop(state, check=False)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _source_roots(info: dict) -> list[str]:
@@ -244,6 +283,8 @@ def main() -> None:
     if command == "start":
         settings, state = start()
         state.pop("proc", None)
+        state["owner"] = 0
+        (Path(state["run_dir"]) / STATE_FILE).write_text(json.dumps(state))
         state_file.write_text(json.dumps(state))
         sys.stdout.write(json.dumps(settings, indent=1) + "\n")
     elif command == "stop":
