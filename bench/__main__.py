@@ -43,6 +43,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "(default bench/results)")
     r.add_argument("--results-md", type=Path, help="Markdown file (default bench/RESULTS.md)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    g = sub.add_parser("report", help="rewrite RESULTS.md and the plots from a results file")
+    g.add_argument("--json", type=Path, default=runner.REPO / "bench" / "results" / "latest.json")
+    g.add_argument("--results-md", type=Path, default=runner.REPO / "bench" / "RESULTS.md")
     return p.parse_args(argv)
 
 
@@ -50,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.command == "report":
+        if not args.json.exists():
+            raise SystemExit(f"error: {args.json} does not exist (run `python -m bench run` first)")
+        runner.rerender(args.json, args.results_md)
+        return 0
     names = args.contenders.split(",") if args.contenders else None
     engine = None
     if args.backend and args.backend != "local":

@@ -168,8 +168,11 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                     broken.add((kind, name))
                     first = errs.get("worker") or errs.get("start")
                     if name in status:
-                        status[name].update(status="failed", note=f"{kind}: {first}")
+                        notes = [status[name]["note"]] if status[name]["note"] else []
+                        status[name]["note"] = "; ".join(
+                            [*notes, f"{kind} repetition {rep + 1}: {first}"])
                     logger.warning("%s %s failed: %s", kind, name, first)
+    final_status(status, runs)
     meta["loadavg_end"] = list(os.getloadavg())
     meta["elapsed_seconds"] = (datetime.datetime.now(datetime.timezone.utc)
                                - started).total_seconds()
@@ -178,6 +181,32 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
     results_md.write_text(report.markdown(data))
     if plots:
         report.plots(data, out_dir)
+    return data
+
+
+def final_status(status: dict, runs: list[dict]) -> None:
+    """A contender that ran has status "failed" when none of its pool runs measured
+    anything."""
+    for name, st in status.items():
+        if st["status"] == "ran" and not any(
+                r["contender"] == name and r["kind"] == "pool" and r.get("metrics")
+                for r in runs):
+            st["status"] = "failed"
+
+
+def rerender(json_path: Path, results_md: Path, plots: bool = True) -> dict:
+    """Write RESULTS.md and the plots again from a results file (no measuring)."""
+    from bench import report
+
+    data = json.loads(json_path.read_text())
+    for st in data["contenders"].values():
+        if st["status"] == "failed":
+            st["status"] = "ran"
+    final_status(data["contenders"], data["runs"])
+    data["summary"] = summarize(data["runs"])
+    results_md.write_text(report.markdown(data))
+    if plots:
+        report.plots(data, json_path.parent)
     return data
 
 
