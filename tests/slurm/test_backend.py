@@ -62,6 +62,8 @@ def test_requests_name_and_comment_reach_slurm(backend, jobs, run_id):
     assert labels == {"fiber.run": run_id, "fiber.parent": "p1", "team": "a b&c",
                       "fiber.name": "worker-1"}
     assert info["StdOut"].startswith(os.environ["FIBER_SLURM_LOG_DIR"])
+    wait_running(backend, job)
+    assert job.host == "fibernode"
 
 
 def test_env_values_are_quoted_exactly(backend, jobs, run_id):

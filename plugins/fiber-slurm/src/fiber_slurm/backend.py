@@ -33,7 +33,7 @@ logger = logging.getLogger("fiber.slurm")
 # squeue --Format fields; Comment last (it is URL-encoded, so it has no "|" anyway)
 _SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
 _SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
-_LIVE = (JobState.PENDING, JobState.RUNNING)
+_NONE = ("", "(null)", "n/a", "N/A", "None")
 
 
 @dataclass
@@ -147,8 +147,8 @@ class SlurmBackend(Backend):
             except ValueError:
                 exitcode = None
             rows.append(_Row(job_id, state, reason, exitcode,
-                             None if host in ("", "(null)") else host,
-                             None if output in ("", "(null)") else output, comment))
+                             None if host in _NONE else host,
+                             None if output in _NONE else output, comment))
         return rows
 
     def _scontrol(self, job_id: str, cancel_signal: int) -> JobStatus | None:
@@ -189,7 +189,7 @@ class SlurmBackend(Backend):
         for job in todo:
             row = rows.get(job.id)
             if row is not None:
-                if row.host and not job.host:
+                if row.host:
                     job.host = row.host
                 if row.output and not self._handle(job).output:
                     self._handle(job).output = row.output  # a job this instance did not submit
@@ -216,16 +216,17 @@ class SlurmBackend(Backend):
         prefix = ["-M", cluster] if cluster else []
         if force:
             # SIGKILL to the batch step, which is the exec'd command itself, so the job
-            # ends with signal 9 at once (Slurm kills what is left of the step); a
-            # pending job is cancelled. A plain `scancel --signal=KILL` would be turned
-            # into a cancel with SIGTERM by slurmctld.
-            args = [*prefix, "--batch", "--signal=KILL", number]
-        else:
-            # cancel: SIGTERM to every process, SIGKILL after KillWait
-            args = [*prefix, number]
-        done = self.commands.run("scancel", args)
-        if done.returncode != 0:
-            logger.debug("scancel %s: %s", job.id, done.stderr.strip())
+            # ends with signal 9 at once; a pending job is cancelled. (A plain
+            # `scancel --signal=KILL` is turned into a cancel that sends SIGTERM first.)
+            self._scancel(job, prefix, ["--batch", "--signal=KILL"], number)
+        # cancel: marks the job CANCELLED if Slurm has not seen it end yet, SIGTERM to
+        # every process left in the job, SIGKILL after KillWait
+        self._scancel(job, prefix, [], number)
+
+    def _scancel(self, job: Job, prefix: list[str], flags: list[str], number: str) -> None:
+        done = self.commands.run("scancel", [*prefix, *flags, number])
+        if done.returncode != 0:  # typically: the job has already ended
+            logger.debug("scancel %s %s: %s", " ".join(flags), job.id, done.stderr.strip())
 
     def logs(self, job: Job) -> str:
         output = self._handle(job).output
