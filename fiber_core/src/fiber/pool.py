@@ -32,7 +32,17 @@ from fiber.pool_results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.pool_worker import CALL, MAP, READY, RESULTS, STARMAP, STOP, TASKS, worker
+from fiber.pool_worker import (
+    CALL,
+    MAP,
+    READY,
+    RESULTS,
+    STARMAP,
+    STARTED,
+    STOP,
+    TASKS,
+    worker,
+)
 from fiber.process import Process
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
@@ -43,13 +53,13 @@ logger = logging.getLogger("fiber")
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 MAX_BATCH = 64
 START_FAILURES_LIMIT = 3
-_WORKER = struct.Struct("<Q")
+_HEADER = struct.Struct("<QB")  # worker id, line
 _FUNC_CACHE = 256
 
 
 class _Task:
     __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
-                 "alone", "done", "superseded")
+                 "alone", "done", "superseded", "started")
 
     def __init__(self, tid, fid, kind, payload, sink, start, count) -> None:
         self.id = tid
@@ -63,6 +73,7 @@ class _Task:
         self.alone = False
         self.done = False  # its outcome was delivered
         self.superseded = False  # split into parts that run instead
+        self.started = False  # a worker confirmed it began this (suspect) task
 
     def describe(self) -> str:
         if self.kind == CALL:
@@ -72,16 +83,20 @@ class _Task:
 
 
 class _Worker:
-    __slots__ = ("id", "process", "peer", "batches", "funcs", "lines", "dispatched",
-                 "stopping", "alive", "connected", "listed")
+    """The master's mirror of one worker: which of its two lines are parked here,
+    which hold a batch, and the order in which the worker waits on them."""
+
+    __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
+                 "dispatched", "stopping", "alive", "connected", "listed")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
         self.process: Process | None = None
         self.peer: int | None = None
-        self.batches: collections.deque[list[_Task]] = collections.deque()
+        self.order: collections.deque[int] = collections.deque((0, 1))
+        self.parked: dict[int, transport.Request] = {}
+        self.held: dict[int, list[_Task]] = {}
         self.funcs: set[int] = set()
-        self.lines: list[transport.Request] = []  # parked requests, oldest first
         self.dispatched = 0
         self.stopping = False
         self.alive = True
@@ -90,7 +105,22 @@ class _Worker:
 
     @property
     def busy(self) -> bool:
-        return bool(self.batches)
+        return bool(self.held)
+
+    def free_line(self) -> int | None:
+        """The line to answer next: the first in the worker's waiting order that is
+        parked here, provided every line before it already holds a batch."""
+        for line in self.order:
+            if line in self.parked:
+                return line
+            if line not in self.held:
+                return None
+        return None
+
+    def running(self) -> list[_Task]:
+        """The batch the worker is running (the first line in its order, if it holds
+        one)."""
+        return self.held.get(self.order[0], []) if self.order else []
 
 
 class _PoolChannel:
@@ -293,14 +323,22 @@ class Pool:
             self._workers.pop(w.id, None)
             if w.peer is not None:
                 self._by_peer.pop(w.peer, None)
-            running = [t for t in (w.batches.popleft() if w.batches else []) if not t.done]
-            later = [t for batch in w.batches for t in batch if not t.done]
-            w.batches.clear()
+            if self._state == TERMINATE:
+                return  # its tasks were failed by terminate()
+            first = w.running()
+            running = [t for t in first if not t.done]
+            later = [t for batch in w.held.values() if batch is not first
+                     for t in batch if not t.done]
+            w.held.clear()
             self._lost[w.id] = {t.id: t for t in running + later}
             while len(self._lost) > 64:
                 self._lost.popitem(last=False)
             retry = []
             for task in running:
+                if task.alone and not task.started:
+                    later.insert(0, task)  # never began: its worker died of something else
+                    continue
+                task.started = False
                 task.attempts += 1
                 if task.attempts >= self._attempts_limit:
                     failed.append(task)
@@ -309,6 +347,8 @@ class Pool:
             if running:
                 logger.warning("pool worker %d died holding %d task(s); requeued %d",
                                w.id, len(running) + len(later), len(retry) + len(later))
+                logger.debug("pool worker %d was running tasks %s", w.id,
+                             [(t.id, t.start, t.attempts) for t in running])
             for task in reversed(retry + later):
                 self._queue.appendleft(task)
             self._changed.notify_all()
@@ -344,15 +384,16 @@ class Pool:
     # -- the channel (hub thread) ---------------------------------------------------
     def _handle(self, request: transport.Request, payload: memoryview) -> None:
         op = bytes(payload[:1])
-        wid = _WORKER.unpack_from(payload, 1)[0]
+        wid, line = _HEADER.unpack_from(payload, 1)
+        body = payload[1 + _HEADER.size:]
         done: list[tuple[_Task, bool, object]] = []
         with self._lock:
             w = self._workers.get(wid)
-            if w is None or not w.alive:
+            if w is None or not w.alive or line not in (0, 1):
                 lost = self._lost.get(wid)
                 if op == RESULTS and lost:
                     # results that were on their way when the worker was given up
-                    for tid, ok, value in serialization.loads(payload[1 + _WORKER.size:]):
+                    for tid, ok, value in serialization.loads(body):
                         task = lost.pop(tid, None)
                         if task is not None and not task.done and not task.superseded:
                             task.done = True
@@ -369,19 +410,25 @@ class Pool:
                     w.peer = request.peer
                     self._by_peer[request.peer] = w
                     self._start_failures = 0
+            elif op == STARTED:
+                for task in w.held.get(line, []):
+                    task.started = True
+                request.reply(b"")
+                return
             elif op == RESULTS:
-                results = serialization.loads(payload[1 + _WORKER.size:])
-                batch = w.batches.popleft() if w.batches else []
-                by_id = {t.id: t for t in batch}
-                for tid, ok, value in results:
-                    task = by_id.pop(tid, None)
+                batch = {t.id: t for t in w.held.pop(line, [])}
+                for tid, ok, value in serialization.loads(body):
+                    task = batch.pop(tid, None)
                     if task is not None and not task.done:
                         task.done = True
                         done.append((task, ok, value))
+                if w.order and w.order[0] == line:
+                    w.order.rotate(-1)  # the worker now waits on its other line
             else:
                 request.reply(b"unknown pool request", transport.ERROR)
                 return
-            self._offer(w, request)
+            w.parked[line] = request
+            self._offer(w)
             if self._state == CLOSE and not self._unfinished():
                 self._changed.notify_all()
         self._deliver(done)
@@ -396,23 +443,19 @@ class Pool:
     def _unfinished(self) -> bool:
         return bool(self._queue) or any(w.busy for w in self._workers.values())
 
-    def _offer(self, w: _Worker, request: transport.Request) -> None:
-        """A worker's request line is free: give it work, park it, or stop it.
-
-        A worker waits on its lines in the order it sent them, so its parked lines are
-        always answered oldest first; then the master's list of the batches a worker
-        holds is in the order the worker runs them, and its first batch is the one
-        running."""
-        w.lines.append(request)
+    def _offer(self, w: _Worker) -> None:
+        """A worker has a parked line: give it work, keep it, or stop it."""
         if w.stopping or (self._maxtasks is not None and w.dispatched >= self._maxtasks):
             w.stopping = True
             if not w.busy:
                 self._stop_lines(w)
                 self._changed.notify_all()
             return
-        while self._queue and w.lines:
-            self._send_batch(w, w.lines.pop(0))
-        if not w.lines:
+        while self._queue:
+            line = w.free_line()
+            if line is None or not self._send_batch(w, line):
+                break
+        if w.free_line() is None:
             return
         if self._state != RUN and not self._unfinished():
             self._stop_lines(w)
@@ -425,9 +468,9 @@ class Pool:
             self._stop_idle()
 
     def _stop_lines(self, w: _Worker) -> None:
-        lines, w.lines = w.lines, []
-        for line in lines:
-            line.reply(STOP)
+        parked, w.parked = w.parked, {}
+        for request in parked.values():
+            request.reply(STOP)
 
     def _stop_idle(self) -> None:
         if self._unfinished():
@@ -436,12 +479,13 @@ class Pool:
             if not w.busy:
                 self._stop_lines(w)
 
-    def _send_batch(self, w: _Worker, request: transport.Request) -> None:
+    def _send_batch(self, w: _Worker, line: int) -> bool:
+        """Answer the worker's parked ``line`` with a batch from the queue; False when
+        there was nothing to send."""
         while self._queue and self._queue[0].done:
             self._queue.popleft()  # delivered late by a lost worker
         if not self._queue:
-            w.lines.insert(0, request)
-            return
+            return False
         alive = max(1, sum(1 for x in self._workers.values() if x.connected and x.alive))
         first = self._queue.popleft()
         batch = [first]
@@ -463,41 +507,42 @@ class Pool:
                 w.funcs.add(task.fid)
             wire.append((task.id, task.fid, code, task.kind, task.payload))
         try:
-            data = serialization.dumps(wire)
+            data = serialization.dumps((first.alone, wire))
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
                 task.done = True
                 task.sink._set(task.start, task.count, False, exc)
-            w.lines.insert(0, request)
-            return
-        w.batches.append(batch)
+            return True
+        request = w.parked.pop(line)
+        w.held[line] = batch
         w.dispatched += len(batch)
         if not request.reply(TASKS + data):
-            w.batches.pop()  # the worker is gone; _lose will not see this batch
+            del w.held[line]  # the worker is gone; _lose will not see this batch
             w.dispatched -= len(batch)
             for task in reversed(batch):
                 self._queue.appendleft(task)
+            return False
+        return True
 
     def _dispatch_waiting(self) -> None:
         """Queued tasks and parked lines: hand them out, idle workers first."""
         while self._queue:
-            line = self._next_line()
-            if line is None:
+            w = self._next_worker()
+            if w is None:
                 return
-            w, request = line
-            self._send_batch(w, request)
-            if w.lines and not w.listed:
+            self._send_batch(w, w.free_line())
+            if w.free_line() is not None and not w.listed:
                 w.listed = True
                 (self._spare if w.busy else self._idle).append(w)
 
-    def _next_line(self) -> tuple[_Worker, transport.Request] | None:
-        """The oldest parked line of a worker with nothing to do, else of a busy one."""
+    def _next_worker(self) -> _Worker | None:
+        """A worker with a line to answer: one with nothing to do, else a busy one."""
         for listing in (self._idle, self._spare):
             while listing:
                 w = listing.popleft()
                 w.listed = False
-                if w.alive and not w.stopping and w.lines:
-                    return w, w.lines.pop(0)
+                if w.alive and not w.stopping and w.free_line() is not None:
+                    return w
         return None
 
     # -- submitting -----------------------------------------------------------------
@@ -605,11 +650,12 @@ class Pool:
             tasks = list(self._queue)
             self._queue.clear()
             for w in self._workers.values():
-                for batch in w.batches:
+                for batch in w.held.values():
                     tasks.extend(batch)
             self._changed.notify_all()
         error = ValueError("the pool was terminated before this task finished")
         for task in tasks:
+            task.done = True
             task.sink._set(task.start, task.count, False, error)
         self._finalizer()
         self._starter.shutdown(wait=False)

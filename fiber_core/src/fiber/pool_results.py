@@ -42,6 +42,8 @@ class ApplyResult:
         raise self._value
 
     def _finish(self, ok: bool, value) -> None:
+        if self._event.is_set():
+            return  # the first outcome stands
         self._success, self._value = ok, value
         if ok and self._callback is not None:
             self._callback(value)

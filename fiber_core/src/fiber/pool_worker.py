@@ -1,9 +1,14 @@
 """The loop a Pool worker runs in its job.
 
-It keeps two requests outstanding on the pool's channel, so that while it runs one
-batch of tasks the next batch is already on its way; each request carries the results
-of the batch it just finished. A ``STOP`` answer retires a request line; the worker
-exits when both are retired (pool closed, shrunk, or ``maxtasksperchild`` reached).
+It keeps two request lines (0 and 1) open on the pool's channel and waits on them in
+strict alternation, so that while it runs one batch of tasks the next batch is already
+on its way. Each request names its line and carries the results of the batch that line
+brought; the master mirrors the alternation, so it always knows which batch is running
+(nng does not promise that two lines' requests arrive in the order they were sent). A
+``STOP`` answer retires a line; the worker exits when both are retired (pool closed,
+shrunk, or ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were
+running when a worker died) comes flagged: the worker confirms on a third line that it
+starts it, so that only a real start counts as an attempt.
 """
 
 from __future__ import annotations
@@ -16,20 +21,27 @@ from fiber import serialization, transport
 
 READY = b"R"
 RESULTS = b"D"
+STARTED = b"B"  # the worker begins a batch of suspect tasks
 STOP = b"S"
 TASKS = b"T"
-_WORKER = struct.Struct("<Q")
+_HEADER = struct.Struct("<QB")  # worker id, line
 
 CALL, MAP, STARMAP = 0, 1, 2
+
+
+def load_functions(batch, funcs: dict) -> None:
+    """Unpickle the functions a batch brings (this may import their modules)."""
+    for _, func_id, func_bytes, _, _ in batch:
+        if func_bytes is not None and func_id not in funcs:
+            funcs[func_id] = serialization.loads_code(func_bytes)
 
 
 def run_batch(batch, funcs: dict) -> list:
     """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]``; returns
     ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception."""
+    load_functions(batch, funcs)
     results = []
-    for task_id, func_id, func_bytes, kind, payload in batch:
-        if func_bytes is not None:
-            funcs[func_id] = serialization.loads_code(func_bytes)
+    for task_id, func_id, _, kind, payload in batch:
         func = funcs[func_id]
         try:
             if kind == CALL:
@@ -45,9 +57,10 @@ def run_batch(batch, funcs: dict) -> list:
     return results
 
 
-def encode_results(worker_id: int, results: list) -> bytes:
+def encode_results(worker_id: int, line: int, results: list) -> bytes:
+    head = RESULTS + _HEADER.pack(worker_id, line)
     try:
-        return RESULTS + _WORKER.pack(worker_id) + serialization.dumps(results)
+        return head + serialization.dumps(results)
     except pickle.PicklingError:
         safe = []
         for task_id, ok, value in results:
@@ -57,7 +70,7 @@ def encode_results(worker_id: int, results: list) -> bytes:
             except pickle.PicklingError as exc:
                 error = _unpicklable_result(exc, value)
                 safe.append((task_id, False, serialization.pack_exception(error)))
-        return RESULTS + _WORKER.pack(worker_id) + serialization.dumps(safe)
+        return head + serialization.dumps(safe)
 
 
 def _unpicklable_result(exc: Exception, value) -> Exception:
@@ -71,20 +84,23 @@ def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()
         initializer(*initargs)
     client = transport.Client(address)
     funcs: dict[int, object] = {}
+    confirm = client.context()
     lines = collections.deque()
-    hello = READY + _WORKER.pack(worker_id)
-    for _ in range(2):
+    for line in (0, 1):
         ctx = client.context()
-        ctx.send(cid, hello)
-        lines.append(ctx)
+        ctx.send(cid, READY + _HEADER.pack(worker_id, line))
+        lines.append((line, ctx))
     while lines:
-        ctx = lines.popleft()
+        line, ctx = lines.popleft()
         reply = ctx.recv()
         if reply[:1] == STOP:
             ctx.close()
             continue
-        batch = serialization.loads(memoryview(reply)[1:])
+        suspect, batch = serialization.loads(memoryview(reply)[1:])
+        if suspect:
+            load_functions(batch, funcs)  # slow imports are not the task's fault
+            confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
         results = run_batch(batch, funcs)
-        ctx.send(cid, encode_results(worker_id, results))
-        lines.append(ctx)
+        ctx.send(cid, encode_results(worker_id, line, results))
+        lines.append((line, ctx))
     client.close()
