@@ -48,6 +48,8 @@ def start() -> dict[str, str]:
         "FIBER_KUBERNETES_NAMESPACE": "default",
         "FIBER_KUBERNETES_LISTEN_ADDRESS": values["HOST_IP"],
         "FIBER_KUBERNETES_HOST_NETWORK": "true",
+        # the portable tests tell workers apart by os.getpid(): pids in pods repeat
+        "FIBER_KUBERNETES_HOST_PID": "true",
         "FIBER_KUBERNETES_HOST_PATHS": f"{ROOT}:ro",
         "FIBER_KUBERNETES_IMAGE_PULL_POLICY": "Never",
         "FK8S_TEST_STATE": values["STATE"],

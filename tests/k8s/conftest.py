@@ -8,6 +8,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+
 from fiber import config
 from fiber_k8s.backend import KubernetesBackend
 
@@ -64,7 +65,9 @@ def no_pods_left(fiber_engine) -> Iterator[None]:
     api = client.CoreV1Api(api_client)
     deadline = time.monotonic() + 30
     while True:
-        left = [f"{p.metadata.namespace}/{p.metadata.name}" for p in api.list_pod_for_all_namespaces(
+        left = [f"{p.metadata.namespace}/{p.metadata.name} ({p.status.phase}"
+                f"{', deleting' if p.metadata.deletion_timestamp else ''})"
+                for p in api.list_pod_for_all_namespaces(
             label_selector="app.kubernetes.io/managed-by=fiber").items]
         if not left or time.monotonic() > deadline:
             break

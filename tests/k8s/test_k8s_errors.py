@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from fiber import config
 from fiber.backend import ClusterUnreachableError, JobCreationError
 from fiber.job import JobSpec

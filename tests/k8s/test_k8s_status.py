@@ -8,6 +8,7 @@ import sys
 import time
 
 import pytest
+
 from fiber.job import JobSpec, JobState
 
 LABELS = {"fiber.run": "k8s-status-tests", "fiber.parent": "pytest"}

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from fiber.backend import JobCreationError
 from fiber.job import JobSpec, JobState
 from fiber.options import ConfigOption
@@ -62,7 +63,7 @@ def test_setting_parsers():
 
 
 def test_resource_validation():
-    assert parse_extra_resources("ephemeral-storage=1Gi") == {"ephemeral-storage": "1Gi"}
+    assert parse_extra_resources("ephemeral-storage=1Gi") == ["ephemeral-storage=1Gi"]
     for bad in ["ephemeral-storage=1GB", "cpu=lots", "memory=-1Gi", "bad name!=1"]:
         with pytest.raises(ValueError):
             parse_extra_resources(bad)
@@ -131,3 +132,19 @@ def test_status_mapping():
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
          "message": "0/1 nodes are available"}]), None, 0, 60)
     assert unsched.reason.startswith("Unschedulable")
+
+
+@pytest.mark.parametrize("name, text", [
+    ("kubernetes_node_selector", "disk=ssd,zone=a"),
+    ("kubernetes_tolerations", "gpu=yes:NoSchedule,spot:NoExecute"),
+    ("kubernetes_volumes", "data:/data:ro,scratch:/scratch"),
+    ("kubernetes_host_paths", "/src:ro,/a:/b"),
+    ("kubernetes_resources", "ephemeral-storage=1Gi,example.com/dongle=2"),
+])
+def test_settings_survive_the_trip_to_a_child(name, text):
+    """The core hands settings to children as text (``str`` of each list item, joined
+    by commas): parsing that text again must give the same value."""
+    option = next(o for o in OPTIONS if o.name == name)
+    value = option.convert(text, "test")
+    again = option.convert(",".join(map(str, value)), "child environment")
+    assert again == value

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import urllib3
-from fiber.backend import Backend, BackendError, JobCreationError
-from fiber.job import Job, JobSpec, JobState, JobStatus
 from kubernetes.client.rest import ApiException
 
+from fiber.backend import Backend, BackendError, JobCreationError
+from fiber.job import Job, JobSpec, JobState, JobStatus
 from fiber_k8s import cluster, names
 from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
 from fiber_k8s.status import CONTAINER, pod_status

@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
+
+from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
 
 logger = logging.getLogger("fiber.kubernetes")
 

@@ -8,10 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from fiber.job import JobSpec
-
 from fiber_k8s import names
 from fiber_k8s.resources import pod_resources
-from fiber_k8s.settings import parse_key_values
+from fiber_k8s.settings import (
+    parse_host_paths,
+    parse_key_values,
+    parse_tolerations,
+    parse_volumes,
+)
 from fiber_k8s.status import CONTAINER
 
 INSTANCE_LABEL = "fiber.k8s/instance"
@@ -51,12 +55,12 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
     if options.get("kubernetes_image_pull_policy"):
         container["imagePullPolicy"] = options["kubernetes_image_pull_policy"]
     volumes, mounts = [], []
-    for i, mount in enumerate(options.get("kubernetes_volumes") or []):
+    for i, mount in enumerate(parse_volumes(options.get("kubernetes_volumes") or [])):
         volumes.append({"name": f"pvc-{i}",
                         "persistentVolumeClaim": {"claimName": mount.source,
                                                   "readOnly": mount.read_only}})
         mounts.append({"name": f"pvc-{i}", "mountPath": mount.path, "readOnly": mount.read_only})
-    for i, mount in enumerate(options.get("kubernetes_host_paths") or []):
+    for i, mount in enumerate(parse_host_paths(options.get("kubernetes_host_paths") or [])):
         volumes.append({"name": f"host-{i}", "hostPath": {"path": mount.source}})
         mounts.append({"name": f"host-{i}", "mountPath": mount.path, "readOnly": mount.read_only})
     if mounts:
@@ -65,18 +69,22 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
         "restartPolicy": "Never",
         "containers": [container],
         "enableServiceLinks": False,
-        # the pod's pause process is PID 1, so the job's Python gets the default signal
-        # behaviour (PID 1 ignores SIGTERM and SIGKILL sent from inside its namespace)
-        "shareProcessNamespace": True,
         "terminationGracePeriodSeconds": max(1, round(options.get("kubernetes_grace_period")
                                                       or 3)),
     }
+    if options.get("kubernetes_host_pid"):
+        pod_spec["hostPID"] = True
+    else:
+        # the pod's pause process is PID 1, so the job's Python gets the default signal
+        # behaviour (PID 1 ignores SIGTERM and SIGKILL sent from inside its namespace)
+        pod_spec["shareProcessNamespace"] = True
     if volumes:
         pod_spec["volumes"] = volumes
     if options.get("kubernetes_node_selector"):
-        pod_spec["nodeSelector"] = dict(options["kubernetes_node_selector"])
+        pod_spec["nodeSelector"] = parse_key_values(options["kubernetes_node_selector"])
     if options.get("kubernetes_tolerations"):
-        pod_spec["tolerations"] = [t.manifest() for t in options["kubernetes_tolerations"]]
+        pod_spec["tolerations"] = [t.manifest() for t in
+                                   parse_tolerations(options["kubernetes_tolerations"])]
     if options.get("kubernetes_service_account"):
         pod_spec["serviceAccountName"] = options["kubernetes_service_account"]
     if options.get("kubernetes_host_network"):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from fiber.hookspecs import hookimpl
 from fiber.options import ConfigOption, parse_bool, parse_list, parse_positive_float
-
 from fiber_k8s.resources import parse_extra_resources
 from fiber_k8s.settings import (
     parse_host_paths,
@@ -32,7 +31,7 @@ OPTIONS = [
     ConfigOption("kubernetes_service_account", str, None, "service account of job pods"),
     ConfigOption("kubernetes_image_pull_policy", str, None,
                  "imagePullPolicy of job pods (Always, IfNotPresent, Never)", PULL_POLICIES),
-    ConfigOption("kubernetes_node_selector", parse_node_selector, {},
+    ConfigOption("kubernetes_node_selector", parse_node_selector, [],
                  "node labels job pods must match: key=value[,key=value...]"),
     ConfigOption("kubernetes_tolerations", parse_tolerations, [],
                  "taints job pods tolerate: key[=value]:Effect[,...] (Effect: NoSchedule, "
@@ -43,7 +42,10 @@ OPTIONS = [
                  "node directories to mount: /host/path[:/pod/path][:ro][,...]"),
     ConfigOption("kubernetes_host_network", parse_bool, False,
                  "run job pods in the node's network namespace (hostNetwork)"),
-    ConfigOption("kubernetes_resources", parse_extra_resources, {},
+    ConfigOption("kubernetes_host_pid", parse_bool, False,
+                 "run job pods in the node's PID namespace (hostPID), so that process ids "
+                 "of jobs on one node differ"),
+    ConfigOption("kubernetes_resources", parse_extra_resources, [],
                  "extra resource requests: name=quantity[,...] (e.g. ephemeral-storage=1Gi)"),
     ConfigOption("kubernetes_grace_period", parse_positive_float, 3.0,
                  "seconds a terminated pod gets between SIGTERM and SIGKILL"),

@@ -32,8 +32,9 @@ def check_quantity(name: str, text: str) -> str:
     return text
 
 
-def parse_extra_resources(value: Any) -> dict[str, str]:
-    """``name=quantity`` items (or a dict), each name and quantity checked."""
+def parse_extra_resources(value: Any) -> list[str]:
+    """``name=quantity`` items (or a dict), each name and quantity checked; kept as
+    text so that children get the same setting."""
     from fiber_k8s.settings import parse_key_values
 
     result = {}
@@ -41,7 +42,7 @@ def parse_extra_resources(value: Any) -> dict[str, str]:
         if not _RESOURCE_NAME.fullmatch(name) or len(name) > 253:
             raise ValueError(f"{name!r} is not a Kubernetes resource name")
         result[name] = check_quantity(name, quantity)
-    return result
+    return [f"{k}={v}" for k, v in result.items()]
 
 
 def _positive(name: str, value: Any, kind: type) -> float:
@@ -58,7 +59,7 @@ def _positive(name: str, value: Any, kind: type) -> float:
     return value
 
 
-def pod_resources(cpu: Any, memory: Any, gpu: Any, extra: dict[str, str]) -> dict[str, dict]:
+def pod_resources(cpu: Any, memory: Any, gpu: Any, extra: Any) -> dict[str, dict]:
     """The container ``resources`` for a job: cpu and memory are requested (memory is
     also the limit, so a job using more is OOM-killed); GPUs are a limit, as Kubernetes
     requires for extended resources. Raises :class:`JobCreationError` on bad values."""
@@ -76,7 +77,9 @@ def pod_resources(cpu: Any, memory: Any, gpu: Any, extra: dict[str, str]) -> dic
         count = int(_positive("gpu", gpu, int))
         if count:
             limits[GPU_RESOURCE] = str(count)
-    for name, quantity in extra.items():
+    from fiber_k8s.settings import parse_key_values
+
+    for name, quantity in parse_key_values(extra or {}).items():
         try:
             requests[name] = check_quantity(name, quantity)
         except ValueError as exc:

@@ -32,8 +32,9 @@ def parse_key_values(value: Any) -> dict[str, str]:
     return result
 
 
-def parse_node_selector(value: Any) -> dict[str, str]:
-    return parse_key_values(value)
+def parse_node_selector(value: Any) -> list[str]:
+    """``key=value`` items, kept as text so that children get the same setting."""
+    return [f"{k}={v}" for k, v in parse_key_values(value).items()]
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,9 @@ class Toleration:
     key: str
     value: str | None
     effect: str
+
+    def __str__(self) -> str:  # the setting's syntax, for children's environment
+        return f"{self.key}{'' if self.value is None else '=' + self.value}:{self.effect}"
 
     def manifest(self) -> dict[str, str]:
         if self.value is None:
@@ -69,6 +73,9 @@ class Mount:
     source: str  # claim name or host path
     path: str  # mount path in the pod
     read_only: bool = False
+
+    def __str__(self) -> str:  # the setting's syntax, for children's environment
+        return f"{self.source}:{self.path}{':ro' if self.read_only else ''}"
 
 
 def _split_mount(item: str) -> tuple[list[str], bool]:
