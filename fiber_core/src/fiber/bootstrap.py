@@ -134,6 +134,7 @@ def main() -> int:
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
     cfg = config.get_config()  # a bad setting fails here, before the parent counts on us
     client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
+    transport.register_client(client)  # objects of the parent reuse this connection
     reply = client.request(channel, HELLO + pickle.dumps((os.getpid(), socket.gethostname())))
     prep, payload = pickle.loads(reply)
     _prepare(prep)

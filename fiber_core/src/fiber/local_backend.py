@@ -6,23 +6,32 @@ in its own session (so terminate reaches the whole process group); its stdout an
 stderr go to a log file that :meth:`LocalBackend.logs` reads and
 :meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
 on this backend (they are logged at debug level).
+
+Jobs that run fiber's own bootstrap with this interpreter are forked from a
+pre-imported template process (:mod:`fiber.forkserver`) unless the setting
+``local_start_method`` is ``spawn``; every other command is a new subprocess.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import signal
+import socket
 import subprocess
+import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fiber.backend import Backend, JobCreationError
 from fiber.hookspecs import hookimpl
 from fiber.job import Job, JobSpec, JobState, JobStatus
+from fiber.options import ConfigOption
 
 logger = logging.getLogger("fiber")
 
@@ -38,6 +47,15 @@ class LocalBackend(Backend):
         self._lock = threading.Lock()
         self._jobs: dict[str, Job] = {}
         self._logdir: str | None = None
+        self._forkserver: _ForkServer | None = None
+        self._use_forkserver = options.get("local_start_method", "forkserver") == "forkserver"
+
+    def _forked(self, spec: JobSpec, env: dict, log_path: str):
+        with self._lock:
+            if self._forkserver is None or self._forkserver.dead:
+                self._forkserver = _ForkServer()
+            server = self._forkserver
+        return server.spawn(env, spec.cwd, log_path)
 
     def _log_path(self, name: str) -> str:
         with self._lock:
@@ -52,6 +70,13 @@ class LocalBackend(Backend):
         env = dict(os.environ)
         env.update(spec.env)
         log_path = self._log_path(spec.name)
+        if self._use_forkserver and spec.command == [sys.executable, "-m", "fiber.bootstrap"]:
+            child = self._forked(spec, env, log_path)
+            job = Job(id=str(child.pid), backend=self.name, spec=spec, host="localhost",
+                      handle=(child, log_path))
+            with self._lock:
+                self._jobs[job.id] = job
+            return job
         try:
             with open(log_path, "wb") as log:
                 popen = subprocess.Popen(
@@ -149,10 +174,152 @@ class LocalBackend(Backend):
         for job in jobs:
             self.terminate(job, force=True)
             job.handle[0].wait()
+        with self._lock:
+            server, self._forkserver = self._forkserver, None
+        if server is not None:
+            server.close()
         if logdir:
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+class _ForkedChild:
+    """A job forked by the template, with the parts of Popen's interface the backend
+    uses (the template, not this process, is its parent and reports its end)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self._ended = threading.Event()
+
+    def _set_exit(self, code: int) -> None:
+        self.returncode = code
+        self._ended.set()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self._ended.wait(timeout):
+            raise subprocess.TimeoutExpired(f"job {self.pid}", timeout)
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
+
+
+class _ForkServer:
+    """The connection to one template process (see :mod:`fiber.forkserver`)."""
+
+    def __init__(self) -> None:
+        from fiber import forkserver
+
+        self._proto = forkserver
+        self._dir = tempfile.mkdtemp(prefix="fiber-forkserver-")
+        path = os.path.join(self._dir, "socket")
+        self._proc = subprocess.Popen([sys.executable, "-m", "fiber.forkserver", path],
+                                      stdin=subprocess.DEVNULL)
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                self._sock.connect(path)
+                break
+            except (FileNotFoundError, ConnectionRefusedError):
+                if self._proc.poll() is not None or time.monotonic() > deadline:
+                    raise JobCreationError(
+                        "the local backend's template process did not start (set "
+                        "FIBER_LOCAL_START_METHOD=spawn to start jobs without it)") from None
+                time.sleep(0.005)
+        self.dead = False
+        self._lock = threading.Lock()
+        self._keys = itertools.count()
+        self._waiting: dict[int, list] = {}
+        self._children: dict[int, _ForkedChild] = {}
+        self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
+        self._reader.start()
+
+    def spawn(self, env: dict, cwd: str | None, log_path: str) -> _ForkedChild:
+        key = next(self._keys)
+        slot: list = [threading.Event(), None]
+        with self._lock:
+            if self.dead:
+                raise JobCreationError("the local backend's template process has exited")
+            self._waiting[key] = slot
+            self._proto.send_message(self._sock, ("spawn", key, env, cwd, log_path))
+        if not slot[0].wait(30):
+            raise JobCreationError("the local backend's template process does not answer")
+        answer = slot[1]
+        if isinstance(answer, str):
+            raise JobCreationError(f"cannot start a local job: {answer}")
+        if answer is None:
+            raise JobCreationError("the local backend's template process has exited")
+        return answer
+
+    def _read(self) -> None:
+        buffer = bytearray()
+        try:
+            while True:
+                for message in self._proto.recv_message(self._sock, buffer):
+                    self._dispatch(message)
+        except (EOFError, OSError):
+            pass
+        with self._lock:
+            self.dead = True
+            waiting, self._waiting = self._waiting, {}
+            children = [c for c in self._children.values() if c.returncode is None]
+        for slot in waiting.values():
+            slot[0].set()
+        for child in children:  # orphaned by the template: end them, call them killed
+            try:
+                os.killpg(child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            child._set_exit(-signal.SIGKILL)
+
+    def _dispatch(self, message: tuple) -> None:
+        kind = message[0]
+        if kind == "exited":
+            _, pid, code = message
+            with self._lock:
+                child = self._children.pop(pid, None)
+            if child is not None:
+                child._set_exit(code)
+            return
+        _, key, value = message
+        with self._lock:
+            slot = self._waiting.pop(key, None)
+            if kind == "spawned":
+                child = _ForkedChild(value)
+                self._children[value] = child
+                value = child
+        if slot is not None:
+            slot[1] = value
+            slot[0].set()
+
+    def close(self) -> None:
+        try:
+            self._sock.close()
+        finally:
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @hookimpl
 def fiber_backends() -> dict[str, type[LocalBackend]]:
     return {"local": LocalBackend}
+
+
+@hookimpl
+def fiber_config_options() -> list[ConfigOption]:
+    return [ConfigOption(
+        "local_start_method", str.lower, "forkserver",
+        "how the local backend starts fiber's own jobs: forked from a pre-imported "
+        "template (fast) or as new interpreters", ("forkserver", "spawn"))]

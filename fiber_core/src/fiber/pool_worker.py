@@ -82,7 +82,7 @@ def _unpicklable_result(exc: Exception, value) -> Exception:
 def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()) -> None:
     if initializer is not None:
         initializer(*initargs)
-    client = transport.Client(address)
+    client = transport.get_client(address)
     funcs: dict[int, object] = {}
     confirm = client.context()
     lines = collections.deque()
@@ -103,4 +103,4 @@ def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()
         results = run_batch(batch, funcs)
         ctx.send(cid, encode_results(worker_id, line, results))
         lines.append((line, ctx))
-    client.close()
+    confirm.close()

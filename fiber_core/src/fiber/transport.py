@@ -189,7 +189,7 @@ class Hub:
     # -- connections ----------------------------------------------------------------
     def _on_connect(self, pipe: pynng.Pipe) -> None:
         with self._lock:
-            self._peers[pipe.id] = False
+            self._peers.setdefault(pipe.id, False)
             self._pipes[pipe.id] = pipe
         self.timers.call_at(time.monotonic() + AUTH_TIMEOUT, lambda: self._expire(pipe.id))
 
@@ -219,11 +219,13 @@ class Hub:
         threading.Thread(target=lambda: _quiet(pipe.close), daemon=True).start()
 
     def _authenticate(self, request: Request, pipe: pynng.Pipe, data: bytes) -> None:
-        state = self._peers.get(pipe.id)
+        # the first message may arrive before the connect callback has run: None
+        state = self._peers.get(pipe.id, False)
         if data[:2] == AUTH1 and state is False and len(data) == 2 + auth.NONCE_SIZE:
             nonce = auth.new_nonce()
             with self._lock:
                 self._peers[pipe.id] = nonce
+                self._pipes[pipe.id] = pipe
             request.reply(nonce + auth.answer(self.authkey, b"hub", data[2:]))
             return
         if data[:2] == AUTH3 and isinstance(state, bytes) and \
@@ -464,6 +466,12 @@ def get_client(address: str) -> Client:
     with _registry_lock:
         _clients[address] = client
     return client
+
+
+def register_client(client: Client) -> None:
+    """Make ``client`` the shared connection to its address."""
+    with _registry_lock:
+        _clients[client.address] = client
 
 
 def shutdown() -> None:
