@@ -1,0 +1,236 @@
+"""Ring: a group of equal peers (job-backed processes) that find each other, e.g. for
+``torch.distributed``.
+
+``Ring(processes, func, initializer=None, initargs=()).run()`` starts ``processes``
+members as :class:`fiber.Process` jobs. Rendezvous goes through the parent: every
+member reports its host (the address its backend says other jobs can reach) over a
+fiber Queue, rank 0 also a free port there; the parent then sends every member rank
+0's address and its rank among the members on the same host. Each member sets
+``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
+``LOCAL_WORLD_SIZE`` in its environment (and ``GLOO_SOCKET_IFNAME=lo`` when the
+master address is a loopback address and it is not set), so
+``torch.distributed.init_process_group("gloo")`` needs no more arguments; then it
+calls ``initializer(*initargs)`` and ``func(rank, world_size)``. :func:`context`
+returns the same facts as a :class:`RingContext` inside a member.
+
+``run()`` returns the members' results in rank order. If a member raises, or its job
+ends without a result, the other members are terminated and ``run()`` raises
+:class:`RingError` naming the member.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import os
+import queue
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fiber.errors import ProcessError
+
+__all__ = ["Ring", "RingContext", "RingError", "context"]
+
+logger = logging.getLogger("fiber.ring")
+
+RENDEZVOUS_TIMEOUT = 600.0  # jobs may queue on a cluster before they start
+POLL = 0.5
+
+
+class RingError(ProcessError):
+    """A ring member failed (``rank`` says which); the others were stopped."""
+
+    def __init__(self, message: str, rank: int | None = None) -> None:
+        super().__init__(message)
+        self.rank = rank
+
+
+@dataclass(frozen=True)
+class RingContext:
+    """What a ring member knows about the ring."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    master_addr: str
+    master_port: int
+
+
+_context: list[RingContext | None] = [None]
+
+
+def context() -> RingContext:
+    """The ring facts of the calling member (raises outside a ring member)."""
+    if _context[0] is None:
+        raise RuntimeError("fiber.ring.context() is only available in a ring member")
+    return _context[0]
+
+
+def _free_port(host: str) -> int:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return sock.getsockname()[1]
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def _member(rank: int, world_size: int, reports, inbox, func: Callable,
+            initializer: Callable | None, initargs: tuple) -> None:
+    """The body of one ring member's job."""
+    from fiber.process import listen_host
+
+    host = listen_host()
+    port = _free_port(host) if rank == 0 else None
+    reports.put(("hello", rank, (host, socket.gethostname(), port)))
+    master_addr, master_port, local_rank, local_size = inbox.get()
+    ctx = RingContext(rank, world_size, local_rank, local_size, master_addr, master_port)
+    _context[0] = ctx
+    os.environ.update({
+        "MASTER_ADDR": master_addr, "MASTER_PORT": str(master_port), "RANK": str(rank),
+        "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank),
+        "LOCAL_WORLD_SIZE": str(local_size),
+    })
+    if _is_loopback(master_addr):
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    try:
+        if initializer is not None:
+            initializer(*initargs)
+        result = func(rank, world_size)
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent
+        import traceback
+
+        reports.put(("error", rank, (repr(exc), traceback.format_exc())))
+        return
+    reports.put(("result", rank, result))
+
+
+class Ring:
+    """``processes`` equal members running ``func(rank, world_size)``."""
+
+    def __init__(self, processes: int, func: Callable[[int, int], Any],
+                 initializer: Callable | None = None, initargs: tuple = ()) -> None:
+        if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
+            raise ValueError(f"processes must be a positive int, not {processes!r}")
+        if not callable(func):
+            raise TypeError(f"func must be callable, not {func!r}")
+        if initializer is not None and not callable(initializer):
+            raise TypeError(f"initializer must be callable, not {initializer!r}")
+        self.processes = processes
+        self.func = func
+        self.initializer = initializer
+        self.initargs = tuple(initargs)
+        self.members: list = []
+
+    def run(self, timeout: float | None = None) -> list:
+        """Start the members, wait for all, return their results in rank order.
+        ``timeout`` (seconds) bounds the whole run (default: none)."""
+        from fiber.process import Process
+        from fiber.queues import Queue
+
+        if self.members:
+            raise RuntimeError("a Ring runs once; make a new Ring to run again")
+        reports = Queue()
+        inboxes = [Queue() for _ in range(self.processes)]
+        self.members = [
+            Process(target=_member, name=f"ring-{rank}",
+                    args=(rank, self.processes, reports, inboxes[rank], self.func,
+                          self.initializer, self.initargs))
+            for rank in range(self.processes)]
+        try:
+            for member in self.members:
+                member.start()
+            return self._collect(reports, inboxes, timeout)
+        finally:
+            self._stop()
+
+    def _collect(self, reports, inboxes, timeout: float | None) -> list:
+        n = self.processes
+        hellos: dict[int, tuple] = {}
+        results: dict[int, Any] = {}
+        start = time.monotonic()
+        while len(results) < n:
+            try:
+                report = reports.get(timeout=POLL)
+            except queue.Empty:
+                # a member's last report is queued before its job ends: see which
+                # members have ended, then read what is queued, then judge them
+                ended = [(rank, m.exitcode) for rank, m in enumerate(self.members)
+                         if not m.is_alive() and m.exitcode is not None]
+                pending = []
+                while True:
+                    try:
+                        pending.append(reports.get_nowait())
+                    except queue.Empty:
+                        break
+                for report in pending:
+                    self._handle(report, hellos, results, inboxes)
+                self._check_members(ended, results, hellos, start, timeout)
+                continue
+            self._handle(report, hellos, results, inboxes)
+        return [results[rank] for rank in range(n)]
+
+    def _handle(self, report: tuple, hellos: dict, results: dict, inboxes) -> None:
+        kind, rank, body = report
+        n = self.processes
+        if kind == "hello":
+            hellos[rank] = body
+            if len(hellos) == n:
+                self._broadcast(hellos, inboxes)
+        elif kind == "result":
+            results[rank] = body
+        else:
+            what, text = body
+            raise RingError(f"ring member {rank} failed: {what}\n\nRemote traceback:\n"
+                            f"{text}", rank)
+
+    def _broadcast(self, hellos: dict[int, tuple], inboxes) -> None:
+        master_host, _, master_port = hellos[0]
+        by_host: dict[tuple, list[int]] = {}
+        for rank in sorted(hellos):
+            host, hostname, _ = hellos[rank]
+            by_host.setdefault((host, hostname), []).append(rank)
+        for ranks in by_host.values():
+            for local_rank, rank in enumerate(ranks):
+                inboxes[rank].put((master_host, master_port, local_rank, len(ranks)))
+        logger.debug("ring of %d members: master %s:%s", len(hellos), master_host, master_port)
+
+    def _check_members(self, ended: list, results: dict, hellos: dict, start: float,
+                       timeout: float | None) -> None:
+        for rank, code in ended:
+            if rank in results:
+                continue
+            member = self.members[rank]
+            raise RingError(
+                f"ring member {rank} ({member.name}, job {member.job_id}) ended with exit "
+                f"code {code} before it returned a result", rank)
+        elapsed = time.monotonic() - start
+        if len(hellos) < self.processes and elapsed > RENDEZVOUS_TIMEOUT:
+            missing = sorted(set(range(self.processes)) - set(hellos))
+            raise RingError(f"ring members {missing} did not start within "
+                            f"{RENDEZVOUS_TIMEOUT:.0f}s", missing[0])
+        if timeout is not None and elapsed > timeout:
+            raise RingError(f"the ring did not finish within {timeout}s")
+
+    def _stop(self) -> None:
+        """Terminate members still running (after a failure) and join them all."""
+        for member in self.members:
+            if member.is_alive():
+                member.terminate()
+        for member in self.members:
+            try:
+                member.join(30)
+                if member.is_alive():
+                    member.kill()
+                    member.join(30)
+            except ProcessError:
+                logger.debug("joining %s failed", member.name, exc_info=True)
