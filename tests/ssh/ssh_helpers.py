@@ -70,3 +70,40 @@ def set_link(state: dict[str, Any], index: int, up: bool) -> None:
     """Connect (``up``) or cut off host ``index`` by its veth on this machine."""
     veth = state["hosts"][index]["veth"]
     subprocess.run(["ip", "link", "set", veth, "up" if up else "down"], check=True)
+
+
+class ExtraSSHD:
+    """One more real sshd in host ``index``'s namespace, on ``port``, with settings
+    replaced or added (for tests that need an unusual server); ``stop()`` ends it."""
+
+    def __init__(self, state: dict[str, Any], index: int, port: int, tmp: Path,
+                 replace: dict[str, str] | None = None, add: str = "") -> None:
+        host = state["hosts"][index]
+        hdir = Path(state["dir"], host["name"])
+        config = (hdir / "sshd_config").read_text()
+        config = config.replace(f"Port {host['port']}", f"Port {port}")
+        config = config.replace(str(hdir / "sshd.pid"), str(tmp / "sshd.pid"))
+        for old, new in (replace or {}).items():
+            config = config.replace(old, new)
+        (tmp / "sshd_config").write_text(config + add)
+        self.known_hosts = tmp / "known_hosts"
+        self.known_hosts.write_text(f"[{host['address']}]:{port} {host['host_key']}\n")
+        self.entry = f"root@{host['address']}:{port}"
+        self.proc = subprocess.Popen(
+            ["nsenter", f"--net=/run/netns/{host['namespace']}", "/usr/sbin/sshd", "-D", "-e",
+             "-f", str(tmp / "sshd_config")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                import socket
+
+                socket.create_connection((host["address"], port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the extra sshd did not start"
+                time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)

@@ -1,49 +1,30 @@
-"""More jobs on a host than its sshd allows sessions per connection (``MaxSessions``,
-10 by default in OpenSSH): the backend opens further connections to that host. Uses an
-extra real sshd with ``MaxSessions 2`` in host h1's namespace."""
+"""Unusual but real servers, each an extra sshd in host h1's namespace: more jobs than
+``MaxSessions`` allows per connection (the backend opens further connections), and a
+login shell that is slow and prints noise before the job starts."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
-from pathlib import Path
+
+from ssh_helpers import ExtraSSHD
 
 from fiber.job import JobSpec, JobState
 
 SLEEP = "import time; print('up', flush=True); time.sleep(600)"
+LABELS = {"fiber.run": "sessions", "fiber.parent": "test"}
+
+
+def spec(code: str, **fields) -> JobSpec:
+    return JobSpec(command=[sys.executable, "-c", code], labels=dict(LABELS), **fields)
 
 
 def test_session_limit_opens_more_connections(make_backend, ssh_hosts, tmp_path):
-    h1 = ssh_hosts["hosts"][0]
-    config = Path(ssh_hosts["dir"], "h1", "sshd_config").read_text()
-    config = config.replace(f"Port {h1['port']}", "Port 2223")
-    config = config.replace("MaxSessions 100", "MaxSessions 2")
-    config = config.replace(str(Path(ssh_hosts["dir"], "h1", "sshd.pid")),
-                            str(tmp_path / "sshd.pid"))
-    (tmp_path / "sshd_config").write_text(config)
-    known = tmp_path / "known_hosts"
-    known.write_text(f"[{h1['address']}]:2223 {h1['host_key']}\n")
-    sshd = subprocess.Popen(["nsenter", f"--net=/run/netns/{h1['namespace']}", "/usr/sbin/sshd",
-                             "-D", "-e", "-f", str(tmp_path / "sshd_config")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    backend = make_backend(ssh_hosts=[f"root@{h1['address']}:2223*6"],
-                           ssh_known_hosts=str(known), ssh_when_full="fail")
+    sshd = ExtraSSHD(ssh_hosts, 0, 2223, tmp_path, replace={"MaxSessions 100": "MaxSessions 2"})
+    backend = make_backend(ssh_hosts=[sshd.entry + "*6"], ssh_known_hosts=str(sshd.known_hosts),
+                           ssh_when_full="fail")
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                backend.listen_address()
-                break
-            except Exception:  # noqa: BLE001 -- sshd still starting
-                assert time.monotonic() < deadline, "the extra sshd did not start"
-                backend.close()
-                backend = make_backend(ssh_hosts=[f"root@{h1['address']}:2223*6"],
-                                       ssh_known_hosts=str(known), ssh_when_full="fail")
-                time.sleep(0.2)
-        labels = {"fiber.run": "sessions", "fiber.parent": "test"}
-        jobs = [backend.create_job(JobSpec(command=[sys.executable, "-c", SLEEP],
-                                           labels=labels)) for _ in range(6)]
+        jobs = [backend.create_job(spec(SLEEP)) for _ in range(6)]
         for job in jobs:
             deadline = time.monotonic() + 30
             while "up" not in backend.logs(job):
@@ -56,5 +37,46 @@ def test_session_limit_opens_more_connections(make_backend, ssh_hosts, tmp_path)
             assert backend.wait(job, 30).state is JobState.CANCELLED
     finally:
         backend.close()
-        sshd.terminate()
-        sshd.wait(10)
+        sshd.stop()
+
+
+def test_slow_and_noisy_login_shell(make_backend, ssh_hosts, tmp_path):
+    """root's login shell is bash, which reads ~/.bashrc when sshd runs it: the server
+    gives the sessions a home whose .bashrc prints noise and sleeps, like a heavy one
+    (such as this machine's root one, with ``pyenv init``)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("echo 'noise from a login script'; printf 'no newline'; "
+                                  "sleep 2\n")
+    sshd = ExtraSSHD(ssh_hosts, 0, 2224, tmp_path,
+                     replace={f"SetEnv HOME={ssh_hosts['dir']}/home": f"SetEnv HOME={home}"})
+    backend = make_backend(ssh_hosts=[sshd.entry + "*4"], ssh_known_hosts=str(sshd.known_hosts),
+                           ssh_start_timeout=0.5)
+    try:
+        backend.listen_address()  # connects and reads nproc/MemTotal through the noise
+        assert backend._hosts[0].slots == 4 and backend._hosts[0].memory > 100
+        started = time.monotonic()
+        job = backend.create_job(spec("print('job output')"))
+        assert time.monotonic() - started < 1.5
+        assert backend.status(job).state is JobState.PENDING  # still in the login script
+        status = backend.wait(job, 30)
+        assert status.state is JobState.SUCCEEDED, backend.logs(job)
+        assert backend.logs(job) == "job output\n"
+        # a start error behind the noise is still a clear error (the timeout is long now)
+        backend = make_backend(ssh_hosts=[sshd.entry + "*4"],
+                               ssh_known_hosts=str(sshd.known_hosts))
+        import pytest
+
+        from fiber.backend import JobCreationError
+        with pytest.raises(JobCreationError, match="does not exist there"):
+            backend.create_job(JobSpec(command=["/nonexistent/python3"], labels=dict(LABELS)))
+        # and one that is only seen after create returned fails the job with the reason
+        slow = make_backend(ssh_hosts=[sshd.entry + "*4"],
+                            ssh_known_hosts=str(sshd.known_hosts), ssh_start_timeout=0.5)
+        job = slow.create_job(JobSpec(command=["/nonexistent/python3"], labels=dict(LABELS)))
+        status = slow.wait(job, 30)
+        assert status.state is JobState.FAILED and status.reason == "StartFailed"
+        assert "does not exist there" in slow.logs(job)
+    finally:
+        backend.close()
+        sshd.stop()

@@ -50,6 +50,7 @@ MaxStartups 100:30:200
 MaxSessions 100
 AcceptEnv none
 PrintMotd no
+SetEnv HOME={home}
 """
 
 
@@ -180,6 +181,10 @@ def up(args: argparse.Namespace) -> dict:
     client_key = base / "client_ed25519"
     sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "fiber-ssh-test-client",
        "-f", str(client_key))
+    # the login shell of the sessions reads $HOME/.bashrc: give them a clean home, so
+    # that root's own ~/.bashrc (pyenv init: slow, takes a machine-wide lock) stays out
+    home = base / "home"
+    home.mkdir()
     auth = base / "authorized_keys"
     shutil.copy(f"{client_key}.pub", auth)
     state["key_file"] = str(client_key)
@@ -221,7 +226,7 @@ def up(args: argparse.Namespace) -> dict:
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", f"fiber-ssh-test-{name}",
            "-f", str(hdir / "ssh_host_ed25519_key"))
         (hdir / "sshd_config").write_text(SSHD_CONFIG.format(
-            address=address, port=args.port, dir=hdir, auth=auth))
+            address=address, port=args.port, dir=hdir, auth=auth, home=home))
         log = open(hdir / "sshd.log", "wb")  # noqa: SIM115 -- handed to sshd
         proc = subprocess.Popen(
             ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",

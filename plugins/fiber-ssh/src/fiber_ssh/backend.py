@@ -2,7 +2,8 @@
 
 Each job is one session channel on the host's pooled connection
 (:mod:`fiber_ssh.connection`), started by the wrapper of :mod:`fiber_ssh.remote`. A
-reader thread per job drains the channel into a log buffer and records the exit status.
+reader thread per job reads the wrapper's pid line, drains the channel into a log
+buffer and records the exit status. A job is PENDING until its pid is known.
 Placement (:mod:`fiber_ssh.placement`) picks the host with the most free slots; when
 all are taken a job stays PENDING until one frees (``ssh_when_full=wait``) or creation
 fails (``ssh_when_full=fail``). A job whose host's connection dies is LOST.
@@ -32,6 +33,7 @@ from fiber_ssh.placement import HostSlots, Placement
 logger = logging.getLogger("fiber.ssh")
 
 LOG_LIMIT = 16 * 1024 * 1024  # bytes of output kept per job (the end is kept)
+UNREACHABLE = "unreachable"  # start_error of a job whose host went away while starting
 
 
 class _Handle:
@@ -39,15 +41,17 @@ class _Handle:
 
     def __init__(self, request: tuple[int, int | None]) -> None:
         self.request = request  # (slots, memory MiB)
-        self.host: HostSlots | None = None
+        self.slot_host: HostSlots | None = None  # where its slots are reserved
+        self.host: HostSlots | None = None  # where it was started
         self.channel: paramiko.Channel | None = None
         self.pid: int | None = None
+        self.started = threading.Event()  # pid or start error known
+        self.start_error: str | None = None
         self.output = bytearray()
         self.lock = threading.Lock()
         self.done = threading.Event()
         self.final: JobStatus | None = None
         self.cancelled = False
-        self.released = False
 
 
 class SSHBackend(Backend):
@@ -108,6 +112,17 @@ class SSHBackend(Backend):
         return "127.0.0.1"
 
     # -- creating -----------------------------------------------------------------
+    def _take(self, handle: _Handle) -> HostSlots | None:
+        host = self._placement.take(handle.request)
+        handle.slot_host = host
+        return host
+
+    def _give_back(self, handle: _Handle) -> None:
+        if handle.slot_host is not None:
+            self._placement.give_back(handle.slot_host, handle.request)
+            handle.slot_host = None
+            self._lock.notify_all()
+
     def create_job(self, spec: JobSpec) -> Job:
         if not spec.command:
             raise JobCreationError(f"job {spec.name} has an empty command")
@@ -121,9 +136,10 @@ class SSHBackend(Backend):
         with self._lock:
             if self._closed:
                 raise JobCreationError("the ssh backend is closed")
+            handle = _Handle(request)
             job = Job(id=f"ssh-{uuid.uuid4().hex[:16]}", backend=self.name, spec=spec,
-                      handle=_Handle(request))
-            host = self._placement.take(request) if not self._pending else None
+                      handle=handle)
+            host = self._take(handle) if not self._pending else None
             if host is None:
                 if self._options.get("ssh_when_full", "wait") == "fail":
                     raise JobCreationError(
@@ -138,73 +154,59 @@ class SSHBackend(Backend):
             self._jobs[job.id] = job
         while True:
             try:
-                self._start(job, host)
+                self._start(job, handle, host)
                 return job
             except ClusterUnreachableError as exc:
                 # the host died since it was last used: try the others
                 host.mark_down(exc)
                 with self._lock:
-                    self._placement.give_back(host, request)
-                    host = self._placement.take(request)
+                    self._give_back(handle)
+                    handle = job.handle = _Handle(request)
+                    host = self._take(handle)
                     if host is None:
                         self._jobs.pop(job.id, None)
-                        self._lock.notify_all()
                         raise
                 logger.warning("%s; starting job %s on another host", exc, spec.name)
-            except Exception:
+            except BaseException:
                 with self._lock:
+                    self._give_back(handle)
                     self._jobs.pop(job.id, None)
-                    self._placement.give_back(host, request)
-                    self._lock.notify_all()
                 raise
 
-    def _start(self, job: Job, host: HostSlots) -> None:
-        """Open the channel, run the wrapper, read its first line (pid or error)."""
-        handle: _Handle = job.handle
+    def _start(self, job: Job, handle: _Handle, host: HostSlots) -> None:
+        """Open the channel, run the wrapper and wait (up to ``ssh_start_timeout``) for
+        its pid or its error. A start slower than that (a slow login shell) is not an
+        error: the job stays PENDING until the reader thread sees the pid."""
         spec = job.spec
         name = host.conn.spec.name
         handle.host = host
         job.host = name
         cwd = self._options.get("ssh_cwd") or spec.cwd
-        try:
-            chan = host.conn.open_channel()
-        except ClusterUnreachableError as exc:
-            host.mark_down(exc)
-            raise
+        chan = host.conn.open_channel()
+        end = remote.new_end_marker()
         try:
             chan.set_combine_stderr(True)
-            chan.settimeout(float(self._options.get("ssh_connect_timeout") or 10.0) + 20)
-            chan.exec_command(remote.command_line(spec.command, cwd))
-            chan.sendall(remote.env_script(spec.env).encode())
-            chan.shutdown_write()
-            first = bytearray()
-            while b"\n" not in first:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                first.extend(data)
+            chan.exec_command(remote.command_line(spec.command, cwd, end))
+            chan.sendall(remote.env_script(spec.env, end).encode())
         except (TimeoutError, paramiko.SSHException, OSError) as exc:
             chan.close()
-            raise ClusterUnreachableError(
-                f"starting job {spec.name} on SSH host {name} failed: {exc}") from None
-        if not first and not host.conn.alive:
-            chan.close()
-            raise ClusterUnreachableError(
-                f"SSH host {name} went away while job {spec.name} was starting")
-        line, _, rest = bytes(first).partition(b"\n")
-        text = line.decode("utf-8", "replace")
-        if text.startswith(remote.PID_MARK):
-            handle.pid = int(text[len(remote.PID_MARK):])
-            handle.channel = chan
-            handle.output.extend(rest)
-            chan.settimeout(None)
-            threading.Thread(target=self._reader, args=(job,), daemon=True,
-                             name=f"fiber-ssh-{spec.name}").start()
-            if handle.cancelled:  # terminated while it was being started from the queue
-                self.terminate(job, force=True)
+            if not host.conn.alive:
+                raise ClusterUnreachableError(
+                    f"SSH host {name} went away while job {spec.name} was starting") from None
+            raise JobCreationError(
+                f"cannot start job {spec.name} on SSH host {name}: {exc!r}") from None
+        handle.channel = chan
+        threading.Thread(target=self._reader, args=(job, handle), daemon=True,
+                         name=f"fiber-ssh-{spec.name}").start()
+        handle.started.wait(float(self._options.get("ssh_start_timeout") or 30.0))
+        if handle.start_error is None:
             return
         chan.close()
-        raise JobCreationError(self._start_error(spec, name, text, bytes(first)))
+        handle.done.wait(10)
+        if handle.start_error == UNREACHABLE:
+            raise ClusterUnreachableError(
+                f"SSH host {name} went away while job {spec.name} was starting")
+        raise JobCreationError(handle.start_error)
 
     @staticmethod
     def _start_error(spec: JobSpec, host: str, text: str, output: bytes) -> str:
@@ -239,47 +241,62 @@ class SSHBackend(Backend):
                         self._dispatcher = None
                         return
                     job = self._pending[0]
-                    host = self._placement.take(job.handle.request)
+                    handle: _Handle = job.handle
+                    host = self._take(handle)
                     if host is not None:
                         self._pending.popleft()
                         break
                     if not self._placement.any_usable():
                         self._pending.popleft()
-                        self._finish(job, JobStatus(JobState.LOST, None, "NoHostLeft"))
+                        self._finish(handle, JobStatus(JobState.LOST, None, "NoHostLeft"))
                         continue
                     self._lock.wait(1.0)
             try:
-                self._start(job, host)
+                self._start(job, handle, host)
             except Exception as exc:  # noqa: BLE001 -- reported as the job's status
                 logger.warning("%s", exc)
+                lost = isinstance(exc, ClusterUnreachableError)
+                if lost:
+                    host.mark_down(exc)
                 with self._lock:
-                    self._placement.give_back(host, job.handle.request)
-                    if isinstance(exc, ClusterUnreachableError):
-                        host.mark_down(exc)
-                        if self._placement.any_usable() and not job.handle.cancelled:
-                            self._pending.appendleft(job)  # try the other hosts
-                            continue
-                    job.handle.output.extend(f"{exc}\n".encode())
-                    state = (JobState.LOST if isinstance(exc, ClusterUnreachableError)
-                             else JobState.FAILED)
-                    self._finish(job, JobStatus(state, None if state is JobState.LOST else 127,
-                                                "StartFailed"))
+                    self._give_back(handle)
+                    if lost and not handle.cancelled and self._placement.any_usable():
+                        job.handle = _Handle(handle.request)
+                        self._pending.appendleft(job)  # try the other hosts
+                        continue
+                    if handle.final is None:
+                        with handle.lock:
+                            handle.output.extend(f"fiber-ssh: {exc}\n".encode())
+                    if handle.cancelled:
+                        status = JobStatus(JobState.CANCELLED, None, "CancelledPending")
+                    elif lost:
+                        status = JobStatus(JobState.LOST, None, "StartFailed")
+                    else:
+                        status = JobStatus(JobState.FAILED, 127, "StartFailed")
+                    self._finish(handle, status)
 
-    def _finish(self, job: Job, status: JobStatus) -> None:
-        handle: _Handle = job.handle
+    @staticmethod
+    def _finish(handle: _Handle, status: JobStatus) -> None:
         if handle.final is None:
             handle.final = status
         handle.done.set()
 
     # -- watching -----------------------------------------------------------------
-    def _reader(self, job: Job) -> None:
-        handle: _Handle = job.handle
+    def _reader(self, job: Job, handle: _Handle) -> None:
+        """Read the wrapper's pid (or error) line, then drain the output until the
+        channel closes; record the final status and free the slots."""
         chan = handle.channel
+        head = bytearray()  # output before the pid line: login-shell noise
         try:
             while True:
                 data = chan.recv(65536)
                 if not data:
                     break
+                if handle.pid is None and handle.start_error is None:
+                    head.extend(data)
+                    data = self._parse_head(job, handle, head)
+                    if data is None:
+                        continue
                 with handle.lock:
                     handle.output.extend(data)
                     if len(handle.output) > LOG_LIMIT:
@@ -289,12 +306,53 @@ class SSHBackend(Backend):
         code = chan.recv_exit_status()
         signalled = getattr(chan, "fiber_exit_signal", None)
         chan.close()
-        status = self._final_status(handle, code, signalled)
+        host = handle.host
+        if handle.pid is None and handle.start_error is None:
+            with handle.lock:
+                handle.output.extend(head)
+            if host is not None and not host.conn.alive:
+                handle.start_error = UNREACHABLE
+            else:
+                handle.start_error = self._start_error(job.spec, job.host or "?", "",
+                                                       bytes(head))
+        handle.started.set()
+        if handle.start_error == UNREACHABLE:
+            status = JobStatus(JobState.LOST, None, "HostUnreachable")
+        elif handle.start_error is not None:
+            status = JobStatus(JobState.FAILED, code if code > 0 else 127, "StartFailed")
+            with handle.lock:
+                handle.output.extend(f"\nfiber-ssh: {handle.start_error}\n".encode())
+        else:
+            status = self._final_status(handle, code, signalled)
         with self._lock:
-            if handle.host is not None:
-                self._placement.give_back(handle.host, handle.request)
-            self._finish(job, status)
-            self._lock.notify_all()
+            self._give_back(handle)
+            self._finish(handle, status)
+
+    def _parse_head(self, job: Job, handle: _Handle, head: bytearray) -> bytes | None:
+        """Look for the wrapper's marker line in ``head``; return the output after it
+        (``None`` while it has not come yet)."""
+        for mark in (remote.PID_MARK.encode(), remote.ERROR_MARK.encode()):
+            at = head.find(mark)
+            if at < 0:
+                continue
+            end = head.find(b"\n", at)
+            if end < 0:
+                return None
+            line = bytes(head[at:end]).decode("utf-8", "replace")
+            if head[:at].strip():
+                logger.debug("SSH host %s printed %r before starting %s", job.host,
+                             bytes(head[:at][-300:]), job.spec.name)
+            if mark == remote.PID_MARK.encode():
+                handle.pid = int(line[len(remote.PID_MARK):])
+                handle.started.set()
+                if handle.cancelled:  # terminated before its pid was known
+                    threading.Thread(target=self._kill, args=(handle, True),
+                                     daemon=True).start()
+            else:
+                handle.start_error = self._start_error(job.spec, job.host or "?", line, b"")
+                handle.started.set()
+            return bytes(head[end + 1:])
+        return None
 
     def _final_status(self, handle: _Handle, code: int, signalled: tuple | None) -> JobStatus:
         if signalled is None and code == -1:
@@ -321,7 +379,7 @@ class SSHBackend(Backend):
         handle: _Handle = job.handle
         if handle.final is not None:
             return handle.final
-        if handle.channel is None:
+        if handle.pid is None:
             return JobStatus(JobState.PENDING)
         return JobStatus(JobState.RUNNING)
 
@@ -329,10 +387,18 @@ class SSHBackend(Backend):
         return {job.id: self.status(job) for job in jobs}
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
-        handle: _Handle = job.handle
-        if not handle.done.wait(timeout):
-            return None
-        return handle.final
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            handle: _Handle = job.handle  # replaced when a start is retried elsewhere
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if handle.done.wait(0.5 if left is None else min(0.5, left)):
+                if job.handle is handle:
+                    return handle.final
+                continue
+            if left is not None and left <= 0.5:
+                if handle.done.is_set() and job.handle is handle:
+                    return handle.final
+                return None
 
     def logs(self, job: Job) -> str:
         handle: _Handle = job.handle
@@ -345,18 +411,29 @@ class SSHBackend(Backend):
         with self._lock:
             if handle.final is not None:
                 return
-            if handle.channel is None and job in self._pending:
-                self._pending.remove(job)
-                handle.cancelled = True
-                self._finish(job, JobStatus(JobState.CANCELLED, None, "CancelledPending"))
-                return
             handle.cancelled = True
-        if handle.pid is None or handle.host is None or handle.done.is_set():
+            if job in self._pending:
+                self._pending.remove(job)
+                self._finish(handle, JobStatus(JobState.CANCELLED, None, "CancelledPending"))
+                return
+        # a job still starting is killed by its reader as soon as its pid is known
+        if handle.pid is not None:
+            self._kill(handle, force)
+
+    def _kill(self, handle: _Handle, force: bool) -> None:
+        """Signal the job's process group: through the wrapper's relay on the job's
+        own channel, else with ``kill`` in a new session."""
+        if handle.done.is_set() or handle.host is None or handle.pid is None:
             return
+        try:
+            handle.channel.sendall(b"KILL\n" if force else b"TERM\n")
+            return
+        except (OSError, EOFError, paramiko.SSHException) as exc:
+            logger.debug("cannot signal pid %s through its channel: %s", handle.pid, exc)
         try:
             handle.host.conn.run(remote.kill_command(handle.pid, force), timeout=15)
         except ClusterUnreachableError as exc:
-            logger.debug("cannot signal job %s: %s", job.id, exc)
+            logger.debug("cannot signal pid %s: %s", handle.pid, exc)
 
     def release(self, job: Job) -> None:
         handle: _Handle = job.handle
@@ -364,7 +441,6 @@ class SSHBackend(Backend):
             return
         with self._lock:
             self._jobs.pop(job.id, None)
-            handle.released = True
         with handle.lock:
             handle.output = bytearray()
 

@@ -264,22 +264,25 @@ class HostConnection:
             chan.close()
 
     def probe(self) -> None:
-        """Read the host's CPU count and total memory once."""
+        """Read the host's CPU count and total memory once (the answer is marked, so
+        whatever the login shell prints around it does not matter)."""
         if self.cpus is not None:
             return
-        status, out = self.run("nproc 2>/dev/null || getconf _NPROCESSORS_ONLN; "
-                               "grep MemTotal /proc/meminfo 2>/dev/null || true")
-        lines = out.split()
+        _, out = self.run(
+            'echo "FIBER-SSH-PROBE $(nproc 2>/dev/null || getconf _NPROCESSORS_ONLN) '
+            "$(awk '/^MemTotal:/ {print $2}' /proc/meminfo 2>/dev/null)\"")
         cpus, memory = 1, None
+        words = out[out.rfind("FIBER-SSH-PROBE"):].splitlines()[0].split()[1:] \
+            if "FIBER-SSH-PROBE" in out else []
         try:
-            cpus = int(lines[0])
+            cpus = int(words[0])
         except (IndexError, ValueError):
-            logger.warning("cannot read the CPU count of %s (%r); assuming 1", self.spec.name, out)
-        if "MemTotal:" in lines:
-            try:
-                memory = int(lines[lines.index("MemTotal:") + 1]) // 1024
-            except (IndexError, ValueError):
-                memory = None
+            logger.warning("cannot read the CPU count of %s (%r); assuming 1", self.spec.name,
+                           out[-300:])
+        try:
+            memory = int(words[1]) // 1024
+        except (IndexError, ValueError):
+            memory = None
         self.cpus, self.memory = cpus, memory
 
     def close(self) -> None:

@@ -36,10 +36,18 @@ class HostSlots:
         """Connect and read CPU count / memory (errors stay on ``conn.error``)."""
         try:
             self.conn.connect()
-            self.conn.probe()
         except ClusterUnreachableError as exc:
             self.mark_down(exc)
             return
+        try:
+            self.conn.probe()
+        except ClusterUnreachableError as exc:
+            if not self.conn.alive:
+                self.mark_down(exc)
+                return
+            logger.warning("cannot read the CPU count and memory of SSH host %s (%s); "
+                           "using %s slot(s), memory unknown", self.conn.spec.name, exc,
+                           self.slots or 1)
         if not self.slots:
             self.slots = self.conn.cpus or 1
         self.memory = self.conn.memory

@@ -40,6 +40,8 @@ OPTIONS = [
                  "of the SSH connection)"),
     ConfigOption("ssh_connect_timeout", parse_positive_float, 10.0,
                  "seconds to connect and log in to a host"),
+    ConfigOption("ssh_start_timeout", parse_positive_float, 30.0,
+                 "seconds create waits for a job's pid; a slower start leaves it PENDING"),
     ConfigOption("ssh_keepalive", parse_positive_float, 5.0,
                  "seconds between keepalives on idle connections"),
     ConfigOption("ssh_dead_after", parse_positive_float, 15.0,

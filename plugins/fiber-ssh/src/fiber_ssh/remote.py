@@ -1,19 +1,24 @@
 """What runs on the host: the small ``/bin/sh`` wrapper that starts a job.
 
-The remote command line is ``exec /bin/sh -c WRAPPER fiber-ssh-job CWD ARGV...``; it
-holds no secret. The job's environment (which carries the run's secret) is sent on the
-channel's **stdin** as ``export NAME='value'`` lines, then stdin is closed; the wrapper
-reads it with ``$(cat)`` and ``eval``s it, so the values never appear on a command
-line (``ps``) nor in a file. The wrapper then changes to CWD, checks that the program
-exists, prints ``FIBER-SSH-PID <pid>`` and ``exec``s the program with stdin from
-``/dev/null`` and stderr joined to stdout. sshd made the session's first process a
-session and process-group leader, and ``exec`` keeps that pid, so ``kill -- -<pid>``
-reaches the job and every process it started.
+The remote command line is ``exec /bin/sh -c WRAPPER fiber-ssh-job END CWD ARGV...``;
+it holds no secret. The job's environment (which carries the run's secret) is sent on
+the channel's **stdin** as ``export NAME='value'`` lines ended by the random line END;
+the wrapper reads them with ``read`` and ``eval``s them, so the values never appear on
+a command line (``ps``) nor in a file. The wrapper then changes to CWD, checks that the
+program exists, starts a tiny *signal relay* (a subshell that keeps reading stdin and,
+for a line ``TERM`` or ``KILL``, signals the job's process group), prints
+``FIBER-SSH-PID <pid>`` and ``exec``s the program with stdin from ``/dev/null`` and
+stderr joined to stdout. sshd made the session's first process a session and
+process-group leader, and ``exec`` keeps that pid, so ``kill -- -<pid>`` reaches the
+job and every process it started. Signalling through the job's own channel needs no
+new SSH session (whose login shell may be slow); a second session running
+:func:`kill_command` is the fallback.
 """
 
 from __future__ import annotations
 
 import re
+import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 
@@ -21,9 +26,18 @@ PID_MARK = "FIBER-SSH-PID "
 ERROR_MARK = "FIBER-SSH-ERROR "
 
 WRAPPER = r"""
-_fiber_ssh_env=$(cat) || exit 125
+_fiber_ssh_end=$1
+shift
+_fiber_ssh_env=
+_fiber_ssh_ok=
+while IFS= read -r _fiber_ssh_line; do
+  if [ "$_fiber_ssh_line" = "$_fiber_ssh_end" ]; then _fiber_ssh_ok=1; break; fi
+  _fiber_ssh_env="$_fiber_ssh_env$_fiber_ssh_line
+"
+done
+[ -n "$_fiber_ssh_ok" ] || { echo "FIBER-SSH-ERROR env the environment did not arrive"; exit 125; }
 eval "$_fiber_ssh_env" || { echo "FIBER-SSH-ERROR env the environment could not be set"; exit 125; }
-unset _fiber_ssh_env
+unset _fiber_ssh_env _fiber_ssh_line _fiber_ssh_end _fiber_ssh_ok
 _fiber_ssh_cwd=$1
 shift
 if [ -n "$_fiber_ssh_cwd" ]; then
@@ -34,6 +48,16 @@ case $1 in
   */*) if [ ! -f "$1" ] || [ ! -x "$1" ]; then echo "FIBER-SSH-ERROR notfound $1"; exit 127; fi ;;
   *) command -v -- "$1" >/dev/null 2>&1 || { echo "FIBER-SSH-ERROR notfound $1"; exit 127; } ;;
 esac
+exec 3<&0
+(
+  trap '' TERM INT HUP
+  while IFS= read -r _fiber_ssh_sig; do
+    case $_fiber_ssh_sig in
+      TERM|KILL) kill -s "$_fiber_ssh_sig" -- "-$$" 2>/dev/null || kill -s "$_fiber_ssh_sig" "$$" ;;
+    esac
+  done
+) <&3 >/dev/null 2>&1 &
+exec 3<&-
 echo "FIBER-SSH-PID $$"
 exec "$@" </dev/null 2>&1
 """.strip()
@@ -41,14 +65,21 @@ exec "$@" </dev/null 2>&1
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def command_line(argv: Sequence[str], cwd: str | None) -> str:
-    """The exec request's command (no secret in it)."""
-    words = ["exec", "/bin/sh", "-c", WRAPPER, "fiber-ssh-job", cwd or "", *argv]
+def command_line(argv: Sequence[str], cwd: str | None, end: str) -> str:
+    """The exec request's command (no secret in it); ``end`` is the line that ends the
+    environment on stdin."""
+    words = ["exec", "/bin/sh", "-c", WRAPPER, "fiber-ssh-job", end, cwd or "", *argv]
     return " ".join(shlex.quote(word) for word in words)
 
 
-def env_script(env: Mapping[str, str]) -> str:
-    """The stdin the wrapper evaluates. Raises ``ValueError`` for a bad name."""
+def new_end_marker() -> str:
+    """A line that cannot occur inside the quoted environment."""
+    return "FIBER-SSH-ENV-END-" + secrets.token_hex(8)
+
+
+def env_script(env: Mapping[str, str], end: str = "") -> str:
+    """The stdin the wrapper evaluates, ended by the line ``end``. Raises
+    ``ValueError`` for a bad name."""
     lines = []
     for name, value in env.items():
         if not _NAME.match(name):
@@ -56,6 +87,7 @@ def env_script(env: Mapping[str, str]) -> str:
         if "\0" in str(value):
             raise ValueError(f"environment variable {name} contains a NUL byte")
         lines.append(f"export {name}={shlex.quote(str(value))}")
+    lines.append(end)
     return "\n".join(lines) + "\n"
 
 
