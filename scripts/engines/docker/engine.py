@@ -48,6 +48,8 @@ logger = logging.getLogger("fiber.docker.engine")
 
 FIBER_LABEL = "fiber.run"
 RUN_PREFIX = "fdk."
+# dockerd finds containerd, runc and docker-init on its PATH (in /usr/sbin on Debian).
+SYSTEM_PATH = os.environ.get("PATH", "") + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 STATE_FILE = "engine.json"
 # How long stop() waits for the tests' containers to be released before it calls
 # them left behind.
@@ -58,12 +60,16 @@ def cache_dir() -> Path:
     return Path(os.environ.get("FIBER_CACHE_DIR") or "/var/cache/fiber") / "docker"
 
 
+def _which_dockerd() -> str | None:
+    return shutil.which("dockerd", path=SYSTEM_PATH)
+
+
 def ensure_installed() -> str:
     """The path of dockerd, installing docker.io first if needed."""
-    if shutil.which("dockerd") is None:
+    if _which_dockerd() is None:
         logger.info("dockerd is missing: installing docker.io")
         subprocess.run(["bash", str(HERE / "install.sh")], check=True, stdin=subprocess.DEVNULL)
-    path = shutil.which("dockerd")
+    path = _which_dockerd()
     if path is None:
         raise RuntimeError("dockerd is still missing after installing docker.io")
     return path
@@ -144,7 +150,7 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
              "--data-root", str(data_root), "--exec-root", str(run_dir / "x"),
              "--host", f"unix://{socket}", "--pidfile", str(run_dir / "docker.pid")],
             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            start_new_session=True, pass_fds=() if lock_fd is None else (lock_fd,),
+            env={**os.environ, "PATH": SYSTEM_PATH}, start_new_session=True, pass_fds=() if lock_fd is None else (lock_fd,),
         )
     if lock_fd is not None:
         os.close(lock_fd)  # dockerd holds the lock from now on

@@ -2,6 +2,7 @@
 # Install the Docker engine (Debian's docker.io: dockerd, containerd, runc, docker-init)
 # if dockerd is missing. Idempotent and non-interactive; run as root.
 set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
 if command -v dockerd >/dev/null 2>&1; then
     exit 0
 fi
