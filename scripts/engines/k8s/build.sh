@@ -29,10 +29,16 @@ fi
 
 # Source package: needs a deb-src entry for bookworm on the same Debian mirror.
 SRC_LIST=/etc/apt/sources.list.d/fiber-k8s-src.sources
-if ! grep -rqs "deb-src" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    cat >"$SRC_LIST" <<'SRC'
+if ! apt-cache showsrc kubernetes 2>/dev/null | grep -q '^Package: kubernetes'; then
+    # the mirror the machine's own Debian sources use
+    MIRROR=$(grep -hs '^URIs:' /etc/apt/sources.list.d/*.sources | grep -v security \
+             | awk '{print $2}' | head -n1 || true)
+    [[ -n "$MIRROR" ]] || MIRROR=$(grep -hs '^deb ' /etc/apt/sources.list \
+             | grep -v security | awk '$2 ~ /^http/ {print $2}' | head -n1 || true)
+    MIRROR=${MIRROR:-http://deb.debian.org/debian}
+    cat >"$SRC_LIST" <<SRC
 Types: deb-src
-URIs: http://deb.debian.org/debian
+URIs: $MIRROR
 Suites: bookworm
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg

@@ -77,8 +77,13 @@ def _top_symlinks() -> list[Path]:
 
 def build(skip: list[Path]) -> Path:
     files = collect(skip)
+    # the venv may be mounted rather than copied, but its extension modules still need
+    # their shared libraries in the image
+    extensions = [Path(d) / f for d, _, names in os.walk(sys.prefix) for f in names
+                  if ".so" in f] if Path(sys.prefix) != Path(sys.base_prefix) else []
+    scanned = sorted(set(files) | set(extensions))
     digest = hashlib.sha256()
-    for f in sorted(files):
+    for f in scanned:
         try:
             st = f.lstat()
         except FileNotFoundError:
@@ -88,7 +93,7 @@ def build(skip: list[Path]) -> Path:
     if out.exists():
         return out
     CACHE.mkdir(parents=True, exist_ok=True)
-    libs = shared_libraries(files)
+    libs = shared_libraries(scanned)
     tmp = out.with_suffix(".tmp")
     with tarfile.open(tmp, "w") as tar:
         added: set[str] = set()
@@ -116,6 +121,9 @@ def build(skip: list[Path]) -> Path:
                 added.add(key)
                 tar.add(str(path), arcname=key, recursive=False)
     tmp.rename(out)
+    # keep the three newest tarballs (several venvs may take turns)
+    for old in sorted(CACHE.glob("*.tar"), key=lambda p: p.stat().st_mtime)[:-3]:
+        old.unlink(missing_ok=True)
     return out
 
 
