@@ -31,3 +31,32 @@ def test_run_errors_are_messages():
     assert out.returncode == 1 and "no installed plugin provides" in out.stderr
     out = fiber_cli("run")
     assert out.returncode == 2
+
+
+def test_run_ctrl_c_terminates_the_job(tmp_path):
+    import os
+    import signal
+    import time
+
+    marker = tmp_path / "child.pid"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "fiber.cli", "run", "--", sys.executable, "-c",
+         f"import os, time; open({str(marker)!r}, 'w').write(str(os.getpid())); "
+         "print('ready', flush=True); time.sleep(300)"],
+        stdout=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() or not marker.read_text():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    child = int(marker.read_text())
+    proc.send_signal(signal.SIGINT)
+    assert proc.wait(60) == 130
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the job outlived fiber run's Ctrl-C")

@@ -48,6 +48,14 @@ def read_init(_):
     return INIT_VALUE
 
 
+def _wait_connected(pool, n, timeout=240):
+    """Wait until ``n`` workers have connected (cluster backends start them slowly)."""
+    deadline = time.monotonic() + timeout
+    while sum(1 for w in list(pool._workers.values()) if w.connected and w.alive) < n:
+        assert time.monotonic() < deadline, f"fewer than {n} workers connected"
+        time.sleep(0.05)
+
+
 @pytest.fixture
 def pool():
     p = fiber.Pool(3)
@@ -130,6 +138,7 @@ def test_killed_workers_lose_nothing():
     pool requeues their tasks and replaces them: the result equals the serial one."""
     n = int(os.environ.get("FIBER_TEST_KILL_TASKS", "10000"))
     pool = fiber.Pool(4)
+    _wait_connected(pool, 4)
     stop = threading.Event()
     kills = []
 
@@ -150,10 +159,10 @@ def test_killed_workers_lose_nothing():
     finally:
         stop.set()
         thread.join()
+        pool.terminate()
+        pool.join()
     assert result == [x * x for x in range(n)]
     assert len(kills) >= 2
-    pool.terminate()
-    pool.join()
 
 
 def test_poison_task_fails_alone():
@@ -174,6 +183,7 @@ def test_resize_grow_and_shrink():
     try:
         assert p.map(square, range(4)) == [0, 1, 4, 9]
         p.resize(3)
+        _wait_connected(p, 3)
         pids = set(p.map(pid_of, range(30), chunksize=1))
         assert len(pids) >= 2
         p.resize(1)
@@ -207,3 +217,39 @@ def test_two_pools_at_once():
         ra = a.map_async(square, range(20))
         rb = b.map_async(slow_square, range(20))
         assert ra.get(120) == rb.get(120)
+
+
+def _pool_worker_processes(p):
+    return [w.process for w in list(p._workers.values()) if w.process is not None]
+
+
+def test_garbage_collected_pool_ends_its_workers():
+    import gc
+
+    p = fiber.Pool(2)
+    assert p.map(square, range(4)) == [0, 1, 4, 9]
+    workers = _pool_worker_processes(p)
+    assert workers and all(w.is_alive() for w in workers)
+    del p
+    gc.collect()
+    deadline = time.monotonic() + 60
+    while any(w.exitcode is None for w in workers):
+        assert time.monotonic() < deadline, "workers of a collected pool are still running"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_many_workers_on_sleeping_tasks():
+    """More workers than this machine has cores by far: 256 locally (fewer on cluster
+    backends, whose test engines are small), each running sleeping tasks."""
+    n = int(os.environ.get("FIBER_TEST_MANY_WORKERS",
+                           "256" if os.environ.get("FIBER_BACKEND", "local") == "local" else "16"))
+    with fiber.Pool(n) as p:
+        pids = set()
+        deadline = time.monotonic() + 240
+        while len(pids) < n:
+            assert time.monotonic() < deadline, f"only {len(pids)} of {n} workers ran a task"
+            pids.update(p.map(pid_of, range(n), chunksize=1))
+        started = time.monotonic()
+        assert p.map(time.sleep, [0.5] * n, chunksize=1) == [None] * n
+        assert time.monotonic() - started < 30  # in parallel, not one after another

@@ -159,3 +159,18 @@ def test_pipe_local_semantics():
         a.recv()
     with pytest.raises(OSError):
         b.recv()
+
+
+def _use_nested(box):
+    box["queue"].put(("via", box["name"]))
+    box["pipe"].send("pipe too")
+
+
+def test_queues_and_pipes_inside_other_objects():
+    q = fiber.Queue()
+    a, b = fiber.Pipe()
+    p = fiber.Process(target=_use_nested, args=({"queue": q, "pipe": b, "name": "dict"},))
+    p.start()
+    assert q.get(timeout=120) == ("via", "dict")
+    assert a.recv() == "pipe too"
+    p.join(60)

@@ -388,7 +388,7 @@ def _auto_proxy(base: type, factory, token, serializer, manager=None, authkey=No
     if authkey is None:
         authkey = auth.get_authkey()
     proxy_type = _make_proxy_type(base, f"AutoProxy[{token.typeid}]", tuple(exposed))
-    proxy_type._fiber_auto_factory = factory
+    proxy_type._fiber_auto_factory = staticmethod(factory)
     proxy = proxy_type(token, serializer, manager=manager, authkey=authkey, incref=incref,
                        manager_owned=manager_owned)
     proxy._isauto = True
@@ -412,6 +412,8 @@ def AsyncAutoProxy(token, serializer, manager=None, authkey=None, exposed=None, 
 def _fiber_proxy_class(std: type) -> type:
     """fiber's version of a standard proxy class (same methods, fiber pickling)."""
     name = std.__name__
+    if isinstance(globals().get(name), type) and issubclass(globals()[name], std):
+        return globals()[name]
     cls = type(name, (_FiberProxyMixin, std), {"__module__": __name__, "__qualname__": name})
     globals()[name] = cls
     return cls

@@ -198,7 +198,8 @@ class Pool:
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, self._initargs))
         self._starter = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fiber-pool-start")
-        self._supervisor = threading.Thread(target=self._supervise, daemon=True,
+        self._supervisor = threading.Thread(target=Pool._supervise, daemon=True,
+                                            args=(weakref.ref(self), self._changed),
                                             name="fiber-pool-supervisor")
         self._supervisor.start()
         self._finalizer = weakref.finalize(self, Pool._terminate_workers,
@@ -243,31 +244,46 @@ class Pool:
                 logger.debug("terminating unstarted worker failed", exc_info=True)
 
     # -- workers --------------------------------------------------------------------
-    def _supervise(self) -> None:
+    @staticmethod
+    def _supervise(ref: weakref.ref, changed: threading.Condition) -> None:
+        """Keep the pool at its size. Holds the pool only weakly between rounds, so an
+        unreferenced pool can be garbage collected (which ends its workers)."""
         while True:
-            with self._lock:
-                while True:
-                    if self._state == TERMINATE:
-                        return
-                    live = sum(1 for w in self._workers.values() if w.alive and not w.stopping)
-                    need = self._target - live
-                    if self._state == CLOSE and not self._unfinished():
-                        need = 0
-                        if not any(w.alive for w in self._workers.values()):
-                            return
-                    if need > 0 and self._broken is None:
-                        break
-                    self._changed.wait()
-                new = []
-                for _ in range(need):
-                    w = _Worker(next(self._worker_ids))
-                    self._workers[w.id] = w
-                    new.append(w)
-            for w in new:
+            pool = ref()
+            if pool is None:
+                return
+            with changed:
+                plan = pool._plan_workers()
+                if plan is None:
+                    return
+                if not plan:
+                    del pool
+                    changed.wait(1.0)
+                    continue
+            for w in plan:
                 try:
-                    self._starter.submit(self._start_worker, w)
+                    pool._starter.submit(pool._start_worker, w)
                 except RuntimeError:  # terminated meanwhile
                     return
+            del pool
+
+    def _plan_workers(self) -> list[_Worker] | None:
+        """Workers to start now ([] for none), or None when supervising is over.
+        Called with the lock held."""
+        if self._state == TERMINATE:
+            return None
+        live = sum(1 for w in self._workers.values() if w.alive and not w.stopping)
+        need = self._target - live
+        if self._state == CLOSE and not self._unfinished():
+            if not any(w.alive for w in self._workers.values()):
+                return None
+            need = 0
+        if need <= 0 or self._broken is not None:
+            return []
+        new = [_Worker(next(self._worker_ids)) for _ in range(need)]
+        for w in new:
+            self._workers[w.id] = w
+        return new
 
     def _start_worker(self, w: _Worker) -> None:
         process = Process(target=worker, name=f"PoolWorker-{w.id}", daemon=True,
@@ -286,7 +302,14 @@ class Pool:
         with self._lock:
             self._processes[:] = [p for p in self._processes if p.exitcode is None]
             self._processes.append(process)
-        process._popen.add_done_callback(lambda: self._worker_ended(w))
+        ref = weakref.ref(self)
+
+        def ended() -> None:
+            pool = ref()
+            if pool is not None:
+                pool._worker_ended(w)
+
+        process._popen.add_done_callback(ended)
 
     def _worker_ended(self, w: _Worker) -> None:
         popen = w.process._popen if w.process is not None else None
@@ -455,11 +478,11 @@ class Pool:
             line = w.free_line()
             if line is None or not self._send_batch(w, line):
                 break
-        if w.free_line() is None:
-            return
         if self._state != RUN and not self._unfinished():
-            self._stop_lines(w)
+            self._stop_lines(w)  # also a line that arrived after the others were stopped
             self._stop_idle()
+            return
+        if w.free_line() is None:
             return
         if not w.listed:
             w.listed = True

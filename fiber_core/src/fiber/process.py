@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import itertools
+import logging
 import os
 import signal
 import sys
@@ -372,7 +373,11 @@ def _exit_function() -> None:
     multiprocessing does)."""
     for p in active_children():
         if p.daemon:
-            p.terminate()
+            try:
+                p.terminate()
+            except Exception:  # noqa: BLE001 - the cluster may be gone already
+                logging.getLogger("fiber").debug("terminating %s at exit failed", p.name,
+                                                 exc_info=True)
     for p in active_children():
         try:
             p.join()
