@@ -149,16 +149,26 @@ def _cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_per_worker: int) -> dict:
+def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_per_worker: int,
+          start_timeout: float = 600) -> dict:
     """``Pool(n)`` running ``n*tasks_per_worker`` sleeps of ``task_seconds`` (chunksize=1):
-    efficiency (ideal/actual), the parent's CPU seconds per task, start time, and memory
+    efficiency (ideal/actual), the parent's CPU seconds per task, the seconds until all
+    ``n`` workers have run a task, and memory
     of the parent and of one idle worker (RSS, and USS: the pages only it holds)."""
     import psutil
 
+    rendezvous = tempfile.mkdtemp(prefix="fiber-bench-scale-")
     t0 = time.perf_counter()
     session = start(n)
     try:
-        pids = session.map(tasks.getpid, list(range(n)), 1)
+        # Wait until every worker is up (as in cold_start), so that the timed run
+        # measures the pool at work, not workers still starting.
+        pids: list[int] = []
+        while len(set(pids)) < n:
+            if time.perf_counter() - t0 > start_timeout:
+                raise TimeoutError(f"only {len(set(pids))} of {n} workers started "
+                                   f"within {start_timeout:g} s")
+            pids += session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1)
         started = time.perf_counter() - t0
         count = n * tasks_per_worker
         cpu0 = _cpu_seconds()
@@ -177,6 +187,7 @@ def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_pe
         return out
     finally:
         session.close()
+        shutil.rmtree(rendezvous, ignore_errors=True)
 
 
 def _start_join(p: Any) -> None:

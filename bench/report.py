@@ -295,7 +295,7 @@ def _scale(data: dict) -> list[str]:
            f"{cfg['scale_task_seconds']:g})` with chunksize=1 (ideal "
            f"{cfg['scale_tasks_per_worker'] * cfg['scale_task_seconds']:g} s). Efficiency = "
            "ideal/actual; the parent's CPU time (all its threads) per task; start = seconds "
-           "until all N workers answered a first task; memory in MB: the parent's RSS and one "
+           "until all N workers had run a task (the timed run starts after that); memory in MB: the parent's RSS and one "
            "idle worker's RSS and USS (pages only that worker holds: forked workers share most "
            "of theirs with the parent).", ""]
     out += _table(["N", "contender", "efficiency", "parent CPU ms/task", "start s",

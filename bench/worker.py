@@ -90,7 +90,8 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
                 f"the {avail / 2**30:.1f} GiB available")
             continue
         _record(result, f"scale/{n}", lambda n=n: measure.scale(
-            contender.start, n, cfg["scale_task_seconds"], cfg["scale_tasks_per_worker"]))
+            contender.start, n, cfg["scale_task_seconds"], cfg["scale_tasks_per_worker"],
+            cfg["cold_timeout"]))
         got = result["metrics"].get(f"scale/{n}")
         if got:
             per_worker_mb = max(got["worker_rss_mb"], 5.0)
