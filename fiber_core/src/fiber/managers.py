@@ -35,6 +35,7 @@ import atexit
 import collections
 import ctypes
 import logging
+import multiprocessing
 import multiprocessing.managers as _mpm
 import multiprocessing.process as _mpp
 import socket
@@ -672,13 +673,25 @@ class SynchronizedArrayProxy(_SynchronizedMixin, BaseProxy):
     raw = property(lambda self: self._callmethod("get_raw"))
 
 
+def _server_pool(processes=None, initializer=None, initargs=(), maxtasksperchild=None):
+    """The manager's ``Pool``: multiprocessing workers on the manager's machine, started
+    through a forkserver (forking the threaded server itself can hang)."""
+    ctx = multiprocessing.get_context("forkserver")
+    return ctx.Pool(processes, initializer, initargs, maxtasksperchild)
+
+
 class SyncManager(BaseManager):
     """:class:`multiprocessing.managers.SyncManager` served by a fiber job: Queue,
     JoinableQueue, Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event, Barrier,
-    Pool, list, dict, Value, Array, Namespace."""
+    Pool, list, dict, Value, Array, Namespace.
+
+    ``Pool`` runs multiprocessing workers inside the manager's job (on its machine);
+    :class:`fiber.Pool` spreads workers over the cluster."""
 
 
 for _typeid, (_callable, _exposed, _m2t, _proxytype) in _mpm.SyncManager._registry.items():
+    if _typeid == "Pool":
+        _callable = _server_pool
     if _proxytype is _mpm.AutoProxy:
         _proxytype = AutoProxy
     else:

@@ -1,0 +1,405 @@
+"""fiber.managers on the selected backend: SyncManager's types (adapted from the
+multiprocessing documentation's examples), BaseManager.register of a user class,
+AsyncManager's parallel method calls, the implicit Lock/Value/... without a manager,
+remote exceptions with their traceback, and a dead manager failing calls promptly."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+
+import pytest
+
+import fiber
+from fiber.errors import ConnectionLostError
+from fiber.managers import Array as SharedArray
+from fiber.managers import (
+    AsyncManager,
+    AsyncResult,
+    BaseManager,
+    Manager,
+    RemoteTraceback,
+    SyncManager,
+)
+from fiber.managers import Lock as SharedLock
+from fiber.managers import Value as SharedValue
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def manager():
+    m = Manager()
+    yield m
+    m.shutdown()
+    m._process.join(60)
+    assert not m._process.is_alive()
+
+
+def _run(target, *args, n=1):
+    procs = [fiber.Process(target=target, args=args) for _ in range(n)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(240)
+    assert [p.exitcode for p in procs] == [0] * n
+
+
+# -- SyncManager: the documentation's examples ------------------------------------------
+def _fill(d, ll):
+    d[1] = "1"
+    d["2"] = 2
+    d[0.25] = None
+    ll.reverse()
+
+
+def test_dict_and_list_doc_example(manager):
+    d = manager.dict()
+    ll = manager.list(range(10))
+    _run(_fill, d, ll)
+    assert dict(d) == {1: "1", "2": 2, 0.25: None}
+    assert list(ll) == list(reversed(range(10)))
+
+
+def _queues(q, jq, results):
+    results.append(q.get(timeout=60) * 2)
+    while True:
+        try:
+            item = jq.get(timeout=1)
+        except queue.Empty:
+            break
+        results.append(item)
+        jq.task_done()
+
+
+def test_queue_and_joinable_queue(manager):
+    q, jq, results = manager.Queue(), manager.JoinableQueue(), manager.list()
+    q.put(21)
+    for i in range(3):
+        jq.put(i)
+    _run(_queues, q, jq, results)
+    jq.join()  # every item was task_done() in the child
+    assert sorted(results) == [0, 1, 2, 42]
+    with pytest.raises(queue.Empty):
+        q.get(timeout=0.2)
+
+
+def _count_under_lock(lock, ns, n):
+    for _ in range(n):
+        with lock:
+            value = ns.count
+            ns.count = value + 1
+
+
+def test_lock_and_namespace_across_processes(manager):
+    lock, ns = manager.Lock(), manager.Namespace()
+    ns.count = 0
+    _run(_count_under_lock, lock, ns, 20, n=3)
+    assert ns.count == 60
+
+
+def test_rlock_semaphores(manager):
+    rlock = manager.RLock()
+    assert rlock.acquire() and rlock.acquire()
+    rlock.release()
+    rlock.release()
+    sem = manager.Semaphore(2)
+    assert sem.acquire(timeout=1) and sem.acquire(timeout=1)
+    assert not sem.acquire(timeout=0.2)
+    sem.release()
+    sem.release()
+    bounded = manager.BoundedSemaphore(1)
+    bounded.acquire()
+    bounded.release()
+    with pytest.raises(ValueError):
+        bounded.release()  # raised in the server, re-raised here
+
+
+def _waiter(cond, event, state):
+    with cond:
+        cond.wait_for(lambda: state.get("go"), timeout=120)
+    state["seen"] = True
+    event.set()
+
+
+def test_condition_and_event(manager):
+    cond, event, state = manager.Condition(), manager.Event(), manager.dict()
+    p = fiber.Process(target=_waiter, args=(cond, event, state))
+    p.start()
+    with cond:
+        state["go"] = True
+        cond.notify_all()
+    assert event.wait(120)
+    p.join(120)
+    assert p.exitcode == 0 and state["seen"]
+
+
+def _at_barrier(barrier, results):
+    results.append(barrier.wait(120))
+
+
+def test_barrier(manager):
+    barrier, results = manager.Barrier(3), manager.list()
+    procs = [fiber.Process(target=_at_barrier, args=(barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    results.append(barrier.wait(120))
+    for p in procs:
+        p.join(120)
+    assert sorted(results) == [0, 1, 2]
+
+
+def _scale(value, array):
+    value.value *= 2
+    for i in range(len(array)):
+        array[i] = -array[i]
+
+
+def test_value_and_array(manager):
+    value = manager.Value("d", 1.5)
+    array = manager.Array("i", range(5))
+    _run(_scale, value, array)
+    assert value.value == 3.0
+    assert list(array) == [0, -1, -2, -3, -4]
+
+
+def test_pool_in_the_manager(manager):
+    pool = manager.Pool(2)
+    assert pool.map(abs, [-1, -2, 3]) == [1, 2, 3]
+    result = pool.apply_async(pow, (2, 10))
+    assert result.get(60) == 1024
+    pool.terminate()
+
+
+def test_manager_as_context_manager():
+    with SyncManager() as m:
+        shared = m.list([1, 2])
+        shared.append(3)
+        assert list(shared) == [1, 2, 3]
+        process = m._process
+    process.join(60)
+    assert not process.is_alive()
+
+
+# -- BaseManager.register ----------------------------------------------------------------
+class Counter:
+    def __init__(self, start=0):
+        self.value = start
+
+    def add(self, n=1):
+        self.value += n
+        return self.value
+
+    def get(self):
+        return self.value
+
+    def explode(self):
+        raise KeyError("explode was called")
+
+
+class CounterManager(BaseManager):
+    pass
+
+
+CounterManager.register("Counter", Counter)
+
+
+def _add_to(counter, n):
+    for _ in range(n):
+        counter.add()
+
+
+def test_register_user_class_and_share_its_proxy():
+    with CounterManager() as m:
+        counter = m.Counter(10)
+        assert counter.add(5) == 15
+        _run(_add_to, counter, 5, n=2)
+        assert counter.get() == 25
+
+
+def test_remote_exception_carries_its_traceback():
+    with CounterManager() as m:
+        counter = m.Counter()
+        with pytest.raises(KeyError, match="explode was called") as info:
+            counter.explode()
+        cause = info.value.__cause__
+        assert isinstance(cause, RemoteTraceback)
+        assert "in explode" in str(cause) and "Traceback" in str(cause)
+
+
+def test_register_rejects_bad_input():
+    class M(BaseManager):
+        pass
+
+    with pytest.raises(TypeError, match="not callable"):
+        M.register("Thing", 42)
+    with pytest.raises(ValueError, match="identifier"):
+        M.register("not an identifier", Counter)
+
+
+# -- AsyncManager -----------------------------------------------------------------------
+class Env:
+    """A tiny environment whose step takes 0.1 s (a simulator's cost)."""
+
+    def __init__(self, delay=0.1):
+        self.delay = delay
+        self.t = 0
+
+    def reset(self):
+        self.t = 0
+        return self.t
+
+    def step(self, action):
+        time.sleep(self.delay)
+        self.t += 1
+        return self.t, float(action), self.t >= 100, {}
+
+    def fail(self):
+        raise RuntimeError("env failed")
+
+
+class MyManager(AsyncManager):
+    pass
+
+
+MyManager.register("Env", Env)
+
+
+def test_async_manager_announced_pattern_steps_in_parallel():
+    manager = MyManager()
+    manager.start()
+    try:
+        envs = [manager.Env() for _ in range(10)]
+        handles = [env.reset() for env in envs]
+        assert all(isinstance(h, AsyncResult) for h in handles)
+        assert [h.get() for h in handles] == [0] * 10
+        t0 = time.monotonic()
+        handles = [env.step(1) for env in envs]
+        issued = time.monotonic() - t0
+        results = [h.get() for h in handles]
+        elapsed = time.monotonic() - t0
+        assert results == [(1, 1.0, False, {})] * 10
+        assert issued < 0.1, "calls must return at once"
+        assert elapsed < 0.6, f"10 steps of 0.1 s took {elapsed:.2f}s: not in parallel"
+    finally:
+        manager.shutdown()
+
+
+def test_async_manager_hundred_steps_and_ordering():
+    manager = MyManager()
+    manager.start()
+    try:
+        envs = [manager.Env(0.0) for _ in range(10)]
+        obs = [h.get() for h in [env.reset() for env in envs]]
+        assert obs == [0] * 10
+        for _ in range(100):
+            handles = [env.step(0) for env in envs]
+            results = [h.get() for h in handles]
+        assert [r[0] for r in results] == [100] * 10 and all(r[2] for r in results)
+        # several calls on one object before any get(): answered in order
+        first, second = envs[0].reset(), envs[0].step(3)
+        assert second.get(60)[:2] == (1, 3.0) and first.get() == 0
+        failing = envs[1].fail()
+        with pytest.raises(RuntimeError, match="env failed") as info:
+            failing.get(60)
+        assert isinstance(info.value.__cause__, RemoteTraceback)
+        slow = manager.Env(5.0).step(0)
+        with pytest.raises(fiber.TimeoutError):
+            slow.get(timeout=0.2)
+        assert not slow.ready()
+    finally:
+        manager.shutdown()
+
+
+# -- implicit primitives ------------------------------------------------------------------
+def _increment(value, array, lock, n):
+    for _ in range(n):
+        with value.get_lock():
+            value.value += 1
+        with lock:
+            array[0] = array[0] + 1
+
+
+def test_implicit_value_array_lock_across_processes():
+    value = SharedValue("i", 0)
+    array = SharedArray("l", [0, 7])
+    lock = SharedLock()
+    _run(_increment, value, array, lock, 25, n=3)
+    assert value.value == 75
+    assert array[:] == [75, 7] and len(array) == 2
+    with value:  # a synchronized value is its own lock too
+        value.value = -1
+    assert value.value == -1
+
+
+def test_implicit_primitives_exist_and_work():
+    from fiber import managers
+
+    event = managers.Event()
+    threading.Timer(0.2, event.set).start()
+    assert event.wait(30)
+    sem = managers.BoundedSemaphore(2)
+    assert sem.acquire() and sem.acquire() and not sem.acquire(timeout=0.1)
+    rlock = managers.RLock()
+    with rlock, rlock:
+        pass
+    cond = managers.Condition(managers.Lock())
+    with cond:
+        assert not cond.wait(0.1)
+    assert managers.Barrier(1).wait(10) == 0
+    assert managers.Semaphore(0).acquire(timeout=0.1) is False
+
+
+def test_implicit_value_rejects_bad_input():
+    with pytest.raises(ValueError, match="unknown typecode 'z'"):
+        SharedValue("z", 1)
+    with pytest.raises(ValueError, match="lock=True or False"):
+        SharedValue("i", 1, lock="yes")
+    with pytest.raises(TypeError, match="neither a typecode nor a ctypes type"):
+        SharedArray(list, 3)
+
+
+def test_round_trip_cost_is_measured():
+    """A manager operation is one round trip; record its cost (the docs quote it)."""
+    value = SharedValue("i", 0)
+    n = 200
+    t0 = time.perf_counter()
+    for _ in range(n):
+        value.value  # noqa: B018 - the round trip is the point
+    per_op = (time.perf_counter() - t0) / n
+    print(f"manager round trip: {per_op * 1e3:.3f} ms")
+    assert per_op < 0.05
+
+
+# -- failures -----------------------------------------------------------------------------
+def test_dead_manager_fails_every_call_promptly():
+    manager = MyManager()
+    manager.start()
+    sync = CounterManager()
+    sync.start()
+    try:
+        env = manager.Env(0.0)
+        counter = sync.Counter()
+        assert env.reset().get(60) == 0 and counter.add() == 1
+        blocked = manager.Env(60.0).step(0)  # in flight when the server dies
+        manager._process.kill()
+        sync._process.kill()
+        manager._process.join(60)
+        sync._process.join(60)
+        t0 = time.monotonic()
+        with pytest.raises(ConnectionLostError, match="manager at .* gone|cannot reach"):
+            blocked.get(60)
+        with pytest.raises(ConnectionLostError):
+            env.step(0).get(60)
+        with pytest.raises(ConnectionLostError):
+            counter.add()
+        with pytest.raises(ConnectionLostError, match="cannot reach the manager"):
+            sync.Counter()
+        assert time.monotonic() - t0 < 10
+    finally:
+        t0 = time.monotonic()
+        manager.shutdown()
+        sync.shutdown()
+        assert time.monotonic() - t0 < 30
+    assert not manager._process.is_alive() and not sync._process.is_alive()
