@@ -28,6 +28,21 @@ from fiber.managers import Value as SharedValue
 pytestmark = pytest.mark.timeout(300)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _no_manager_left():
+    """The implicit manager of fiber.managers.Lock()/Value() is a child process: stop
+    it after this module so that no test leaves a process behind."""
+    yield
+    from fiber import managers
+
+    implicit = managers._implicit[0]
+    managers.shutdown_implicit_manager()
+    if implicit is not None:
+        implicit._process.join(60)
+        assert not implicit._process.is_alive()
+    assert not [p for p in fiber.active_children() if p.is_alive()]
+
+
 @pytest.fixture(scope="module")
 def manager():
     m = Manager()
