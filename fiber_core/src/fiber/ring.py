@@ -7,8 +7,8 @@ member reports its host (the address its backend says other jobs can reach) over
 fiber Queue, rank 0 also a free port there; the parent then sends every member rank
 0's address and its rank among the members on the same host. Each member sets
 ``MASTER_ADDR``, ``MASTER_PORT``, ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK`` and
-``LOCAL_WORLD_SIZE`` in its environment (and ``GLOO_SOCKET_IFNAME=lo`` when the
-master address is a loopback address and it is not set), so
+``LOCAL_WORLD_SIZE`` in its environment (and, unless set, ``GLOO_SOCKET_IFNAME`` to the
+interface of the member's reachable address, e.g. ``lo`` on the local backend), so
 ``torch.distributed.init_process_group("gloo")`` needs no more arguments; then it
 calls ``initializer(*initargs)`` and ``func(rank, world_size)``. :func:`context`
 returns the same facts as a :class:`RingContext` inside a member.
@@ -20,7 +20,6 @@ ends without a result, the other members are terminated and ``run()`` raises
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import os
 import queue
@@ -77,11 +76,30 @@ def _free_port(host: str) -> int:
         return sock.getsockname()[1]
 
 
-def _is_loopback(host: str) -> bool:
+def _interface_of(host: str) -> str | None:
+    """The name of the network interface whose (primary IPv4) address is ``host``."""
+    import fcntl
+    import struct
+
     try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return host == "localhost"
+        packed = socket.inet_aton(host)
+    except OSError:
+        return None
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        for _, name in socket.if_nameindex():
+            try:
+                info = fcntl.ioctl(sock.fileno(), SIOCGIFADDR,
+                                   struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue
+            if info[20:24] == packed:
+                return name
+    if host == "127.0.0.1":
+        return "lo"
+    return None
+
+
+SIOCGIFADDR = 0x8915
 
 
 def _member(rank: int, world_size: int, reports, inbox, func: Callable,
@@ -100,8 +118,9 @@ def _member(rank: int, world_size: int, reports, inbox, func: Callable,
         "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(local_rank),
         "LOCAL_WORLD_SIZE": str(local_size),
     })
-    if _is_loopback(master_addr):
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    interface = _interface_of(host)
+    if interface is not None:  # gloo then uses the address the ring can reach
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     try:
         if initializer is not None:
             initializer(*initargs)
