@@ -159,3 +159,23 @@ def test_cpu_memory_requests_reach_the_pod(make_backend, admin_api):
         assert backend.wait(job, 90).state is JobState.SUCCEEDED
     finally:
         backend.release(job)
+
+
+def test_child_listens_on_its_own_address(make_backend, k8s_engine):
+    """A job inherits its parent's kubernetes_listen_address (the host end of the test
+    network); inside its pod the backend must use the pod's address instead."""
+    backend = make_backend()
+    host_ip = k8s_engine["FIBER_KUBERNETES_LISTEN_ADDRESS"]
+    job = backend.create_job(spec(
+        "from fiber import config; from fiber_k8s.backend import KubernetesBackend; "
+        "print('listen=' + KubernetesBackend(config.load().as_dict()).listen_address())",
+        env={"FIBER_KUBERNETES_LISTEN_ADDRESS": host_ip,
+             "FIBER_KUBERNETES_HOST_NETWORK": "true"}))
+    try:
+        status = backend.wait(job, 90)
+        logs = backend.logs(job)
+        assert status.exitcode == 0, logs
+        assert f"listen={k8s_engine['FK8S_TEST_NODE_IP']}\n" in logs
+        assert backend.listen_address() == host_ip
+    finally:
+        backend.release(job)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import threading
 import time
@@ -226,18 +227,22 @@ class KubernetesBackend(Backend):
         return text if isinstance(text, str) else str(text)
 
     def listen_address(self) -> str:
+        """``kubernetes_listen_address`` when it is an address of this machine (a child
+        inherits its parent's setting, which is not its own address); else, in a pod,
+        the pod's IP; else this machine's address on the route to the API server."""
         address = self.options.get("kubernetes_listen_address")
-        if address:
+        if address and cluster.is_local_address(address):
             return address
+        if address:
+            logger.debug("kubernetes_listen_address %s is not an address of this machine; "
+                         "using this pod's address", address)
+        if os.environ.get("POD_IP"):
+            return os.environ["POD_IP"]
         if self.conn.in_cluster:
-            import os
-
-            if os.environ.get("POD_IP"):
-                return os.environ["POD_IP"]
             parent = self.parent_pod()
             if parent is not None and parent.status.pod_ip:
                 return parent.status.pod_ip
-        return cluster.local_address_towards(self.conn.host)
+        return address or cluster.local_address_towards(self.conn.host)
 
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
         try:

@@ -117,6 +117,18 @@ def local_address_towards(url: str) -> str:
         return "127.0.0.1"
 
 
+def is_local_address(address: str) -> bool:
+    """Whether ``address`` belongs to this machine (a socket can bind to it)."""
+    try:
+        infos = socket.getaddrinfo(address, 0, type=socket.SOCK_DGRAM)
+        family, _, _, _, sockaddr = infos[0]
+        with socket.socket(family, socket.SOCK_DGRAM) as probe:
+            probe.bind(sockaddr)
+        return True
+    except OSError:
+        return False
+
+
 def translate(exc: BaseException, what: str, namespace: str, host: str) -> BackendError:
     """A fiber error for an exception raised by the Kubernetes client."""
     if isinstance(exc, ApiException):
