@@ -49,6 +49,7 @@ from multiprocessing.sharedctypes import typecode_to_type
 from typing import Any
 
 from fiber import auth
+from fiber import process as _fiber_process  # noqa: F401 - registers its atexit before ours
 from fiber.errors import ConnectionLostError, ProcessError
 from fiber.errors import TimeoutError as FiberTimeoutError
 
@@ -189,6 +190,16 @@ def Client(address: tuple, family: str | None = None,
 _mpm.listener_client[SERIALIZER] = (Listener, Client)
 
 
+def _share_authkey() -> None:
+    """multiprocessing's authkey becomes the run's secret, so that proxies of user-made
+    proxy classes that pickle through the standard library authenticate too (done on
+    first use, never at import: a preloading fork server imports fiber before it knows
+    the run)."""
+    key = auth.get_authkey()
+    if bytes(_mpp.current_process().authkey) != key:
+        _mpp.current_process().authkey = key
+
+
 # -- proxies -----------------------------------------------------------------------------
 class _Detached:
     """The manager of a proxy unpickled in another process: only its registry (so
@@ -204,6 +215,7 @@ def _rebuild_proxy(func, token, serializer, kwds, manager_class=None):
     """Unpickle a proxy in any process of the run: it authenticates with the run's
     secret (carried by the job's environment, never by the pickle)."""
     kwds.setdefault("authkey", auth.get_authkey())
+    _share_authkey()
     proxy = _mpm.RebuildProxy(func, token, serializer, kwds)
     if isinstance(proxy, _mpm.BaseProxy) and proxy._manager is None \
             and manager_class is not None:
@@ -439,6 +451,7 @@ class BaseManager(_mpm.BaseManager):
                  shutdown_timeout: float = SHUTDOWN_TIMEOUT) -> None:
         if serializer not in _mpm.listener_client:
             raise ValueError(f"unknown serializer {serializer!r}: use 'fiber' (the default)")
+        _share_authkey()
         super().__init__(address, authkey if authkey is not None else auth.get_authkey(),
                          serializer, ctx, shutdown_timeout=shutdown_timeout)
 
@@ -518,7 +531,7 @@ class BaseManager(_mpm.BaseManager):
 
         if address is None:
             address = (listen_host(), 0)
-        _mpp.current_process().authkey = auth.get_authkey()
+        _share_authkey()
         super()._run_server(registry, address, auth.get_authkey(), serializer, writer,
                             initializer, initargs)
 
@@ -815,7 +828,4 @@ def _shutdown_all() -> None:
             logger.debug("shutting down %r failed", manager, exc_info=True)
 
 
-# Proxies received from any process authenticate with the run's secret, also those
-# of user-made proxy classes that pickle through the standard library.
-_mpp.current_process().authkey = auth.get_authkey()
 atexit.register(_shutdown_all)
