@@ -319,6 +319,7 @@ def test_async_manager_hundred_steps_and_ordering():
         with pytest.raises(RuntimeError, match="env failed") as info:
             failing.get(60)
         assert isinstance(info.value.__cause__, RemoteTraceback)
+        assert str(envs[2]).startswith("<") and "Env" in str(envs[2])
         slow = manager.Env(5.0).step(0)
         with pytest.raises(fiber.TimeoutError):
             slow.get(timeout=0.2)

@@ -369,6 +369,12 @@ class AsyncBaseProxy(BaseProxy):
     def _getvalue(self):
         return self._callmethod("#GETVALUE")
 
+    def __str__(self) -> str:
+        try:
+            return self._callmethod("__repr__").get(CONNECT_TIMEOUT)
+        except Exception:  # noqa: BLE001 - as the standard proxies do
+            return repr(self)[:-1] + "; '__str__()' failed>"
+
 
 _line_lock = threading.Lock()
 _proxy_types: dict = {}
