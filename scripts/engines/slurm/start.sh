@@ -87,7 +87,7 @@ SchedulerParameters=batch_sched_delay=0
 SlurmdParameters=config_overrides
 InactiveLimit=0
 MailProg=/bin/true
-NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=8 RealMemory=4096 State=UNKNOWN
+NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=64 RealMemory=16384 State=UNKNOWN
 PartitionName=fiber Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF=$state/slurm.conf
