@@ -22,6 +22,11 @@ def slow_square(x):
     return x * x
 
 
+def slower_square(x):
+    time.sleep(0.02)
+    return x * x
+
+
 def fail_on_three(x):
     if x == 3:
         raise ValueError(f"three is bad ({x})")
@@ -140,6 +145,7 @@ def test_killed_workers_lose_nothing():
     # on cluster backends a replacement job takes seconds to start: kill less often
     n = int(os.environ.get("FIBER_TEST_KILL_TASKS", "10000" if local else "2000"))
     interval = 0.4 if local else 3.0
+    task = slow_square if local else slower_square  # the map lasts several kills
     pool = fiber.Pool(4)
     _wait_connected(pool, 4)
     stop = threading.Event()
@@ -158,7 +164,7 @@ def test_killed_workers_lose_nothing():
     thread = threading.Thread(target=killer)
     thread.start()
     try:
-        result = pool.map(slow_square, range(n), chunksize=1)
+        result = pool.map(task, range(n), chunksize=1)
     finally:
         stop.set()
         thread.join()
