@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+import fiber
 from fiber.ring import Ring, RingError, context
 
 pytestmark = pytest.mark.timeout(600)
@@ -92,9 +93,23 @@ def test_bad_arguments():
         context()
 
 
+@pytest.fixture
+def patient_heartbeat():
+    """Importing torch holds the GIL for seconds; four members importing it at once on a
+    loaded 2-core machine can starve their heartbeat threads past the default 10 s (the
+    parent then ends them as lost, -9). Give them 120 s for this test."""
+    before = fiber.get_config_value("heartbeat_timeout")
+    fiber.init(heartbeat_timeout=max(before, 120.0))
+    try:
+        yield
+    finally:
+        fiber.init(heartbeat_timeout=before)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("torch") is None,
                     reason="torch is not installed (pip install torch==2.13.0 for the CPU "
                            "wheel) - the gloo all-reduce test needs it")
+@pytest.mark.usefixtures("patient_heartbeat")
 def test_torch_gloo_allreduce_of_four_members(monkeypatch):
     # the members import examples/ring_allreduce.py too: it stays on sys.path
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "examples"))
