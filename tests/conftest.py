@@ -48,7 +48,23 @@ def fiber_engine(request: pytest.FixtureRequest):
     try:
         yield {"backend": name, **settings}
     finally:
+        _end_fiber_jobs()
         os.environ.clear()
         os.environ.update(saved)
         if module is not None:
             module.stop()
+
+
+def _end_fiber_jobs() -> None:
+    """End what the tests left running while the engine is still up (so nothing is
+    polled or terminated against a stopped engine at exit)."""
+    import fiber
+    from fiber import plugins
+
+    for child in fiber.active_children():
+        try:
+            child.terminate()
+            child.join(30)
+        except Exception:  # noqa: BLE001 - best effort; the engine's stop() checks leftovers
+            pass
+    plugins.reset_instances()
