@@ -135,11 +135,15 @@ class KubernetesBackend(Backend):
                             self.options.get("kubernetes_pull_timeout") or 120.0)
         forced = self._cancelled.get(name)
         if forced is not None and status.state is not JobState.SUCCEEDED:
+            if forced and (status.is_final or deleted):
+                # killed on request: multiprocessing's kill() convention (the kubelet
+                # itself stops a container with SIGTERM, then SIGKILL 2 s later)
+                return JobStatus(JobState.CANCELLED, -signal.SIGKILL,
+                                 "SIGKILL: the pod was deleted by kill()")
             if status.is_final:
                 return JobStatus(JobState.CANCELLED, status.exitcode, status.reason)
             if deleted:
-                sig = signal.SIGKILL if forced else signal.SIGTERM
-                return JobStatus(JobState.CANCELLED, -sig, sig.name)
+                return JobStatus(JobState.CANCELLED, -signal.SIGTERM, "SIGTERM")
             return status
         deleting = deleted or getattr(getattr(pod, "metadata", None), "deletion_timestamp", None)
         if deleting and status.state is not JobState.SUCCEEDED:
@@ -162,7 +166,8 @@ class KubernetesBackend(Backend):
         except ApiException as exc:
             if exc.status == 404:
                 if job.id in self._cancelled:
-                    return JobStatus(JobState.CANCELLED, -signal.SIGTERM, "Deleted")
+                    sig = signal.SIGKILL if self._cancelled[job.id] else signal.SIGTERM
+                    return JobStatus(JobState.CANCELLED, -sig, "Deleted")
                 return JobStatus(JobState.LOST, None, "the pod no longer exists")
             raise self._error(exc, f"read pod {job.id}") from exc
         except API_ERRORS as exc:
@@ -203,7 +208,11 @@ class KubernetesBackend(Backend):
         if status.is_final:
             return
         self._cancelled[job.id] = force or self._cancelled.get(job.id, False)
-        grace = 0 if force else max(1, round(self.options.get("kubernetes_grace_period") or 3))
+        # Even with force the grace period is 1 s, not 0: a pod deleted with 0 leaves the
+        # API at once while its container still runs until the kubelet stops it, so the
+        # job would be reported ended while alive. With 1 s the pod stays until the
+        # kubelet has stopped the container (SIGTERM, SIGKILL after at most 2 s).
+        grace = 1 if force else max(1, round(self.options.get("kubernetes_grace_period") or 3))
         self._delete(job, grace)
 
     def release(self, job: Job) -> None:
