@@ -43,7 +43,10 @@ done
 # the kubelet's pod log links (fixed paths in /var/log) that lead into our state dir
 for dir in /var/log/pods/*/; do
     [[ -d "$dir" ]] || continue
-    if find "$dir" -type l -lname "$STATE/*" | grep -q .; then rm -rf "$dir"; fi
+    # ours: only links into our state dir (or dangling ones) and no files of its own
+    find "$dir" -type f | grep -q . && continue
+    foreign=$(find "$dir" -type l ! -lname "$STATE/*" -exec test -e {} \; -print | head -n1)
+    [[ -z "$foreign" ]] && rm -rf "$dir"
 done
 for link in /var/log/containers/*.log; do
     [[ -L "$link" && ! -e "$link" ]] && [[ "$(readlink "$link")" == /var/log/pods/* ]] && rm -f "$link"
