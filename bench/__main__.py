@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         runner.rerender(args.json, args.results_md)
         return 0
     names = args.contenders.split(",") if args.contenders else None
+    if names is not None:
+        try:
+            runner.cmod.by_name(names)
+        except ValueError as exc:
+            raise SystemExit(f"error: {exc}") from None
     engine = None
     if args.backend and args.backend != "local":
         engine = _engine(args.backend)
@@ -69,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = runner.run(args.mode, names=names, out_dir=args.out, results_md=args.results_md,
                           plots=not args.no_plots, command=runner.command_line(argv))
-    except ValueError as exc:
-        raise SystemExit(f"error: {exc}") from None
     finally:
         if engine is not None:
             engine.stop()

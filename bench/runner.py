@@ -162,6 +162,10 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 res = run_worker(kind, name, dict(cfg, rep=rep))
                 res.update({"kind": kind, "contender": name, "rep": rep})
                 runs.append(res)
+                # Keep every measurement on disk as it comes (a crash loses nothing).
+                (out_dir / "latest.json").write_text(json.dumps(
+                    {"meta": meta, "contenders": status, "runs": runs, "partial": True},
+                    indent=1, default=str))
                 errs = res.get("errors", {})
                 if "worker" in errs or "start" in errs:
                     # Cannot start (or hangs): no point repeating it.
@@ -226,7 +230,7 @@ def summarize(runs: list[dict]) -> dict:
         for name, metrics in per.items():
             summary.setdefault(bench, {})[name] = {
                 m: statistics.median(v) for m, v in metrics.items()}
-            summary[bench][name]["reps"] = max(len(v) for v in metrics.values())
+            summary[bench][name]["reps"] = max((len(v) for v in metrics.values()), default=0)
     return {"medians": summary, "errors": errors}
 
 
