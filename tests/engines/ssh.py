@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "engines" / "ssh"
-SLOTS = 4
+SLOTS = 16  # per host: 16 pool workers plus a manager fit at once (jobs mostly sleep)
 
 _state_dir: str | None = None
 
