@@ -52,8 +52,9 @@ CORE_OPTIONS = [
                  "prefix each line a child prints with its process name"),
     ConfigOption("heartbeat_interval", parse_positive_float, 1.0,
                  "seconds between heartbeats from a parent to its children"),
-    ConfigOption("heartbeat_timeout", parse_positive_float, 10.0,
-                 "a peer silent this many seconds is taken for dead"),
+    ConfigOption("heartbeat_timeout", parse_positive_float, 30.0,
+                 "a peer silent this many seconds is taken for dead (a dropped "
+                 "connection is noticed at once; this is for hosts cut off)"),
     ConfigOption("max_task_attempts", parse_positive_int, 3,
                  "times a Pool task may lose its worker before it fails"),
     ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),

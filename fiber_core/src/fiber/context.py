@@ -21,15 +21,30 @@ from fiber.errors import (
     TimeoutError,
     WorkerLostError,
 )
+from fiber.managers import (
+    Array,
+    Barrier,
+    BoundedSemaphore,
+    Condition,
+    Event,
+    Lock,
+    Manager,
+    RLock,
+    Semaphore,
+    Value,
+)
 from fiber.meta import meta
 from fiber.pool import Pool
 from fiber.process import Process, active_children, current_process, parent_process
 from fiber.queues import JoinableQueue, Queue, SimpleQueue
+from fiber.ring import Ring
 
 START_METHODS = ("fiber", "spawn", "forkserver", "fork")
 
 __all__ = [
-    "Process", "Pool", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "current_process", "parent_process", "active_children", "cpu_count",
+    "Process", "Pool", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "Manager", "Lock",
+    "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier", "Value",
+    "Array", "Ring", "current_process", "parent_process", "active_children", "cpu_count",
     "get_context", "set_start_method", "get_start_method", "get_all_start_methods",
     "freeze_support", "set_executable", "set_forkserver_preload", "allow_connection_pickling",
     "get_logger", "log_to_stderr", "init", "meta", "get_config_value",
