@@ -38,12 +38,18 @@ def test_child_dying_before_it_connects(tmp_path, fresh_config):
     fake.write_text("#!/bin/sh\necho 'no fiber here' >&2\nexit 3\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     fiber.init(python=str(fake))
-    p = fiber.Process(target=print)
+    reader, writer = fiber.Pipe(duplex=False)
+    p = fiber.Process(target=print, args=(writer,))
     p.start()
+    writer.close()
     with pytest.raises(ProcessStartError, match="before it connected back") as info:
         p.join(60)
     assert info.value.exitcode == 3 and "no fiber here" in info.value.logs
     assert p.exitcode == 3
+    # the pipe end it carried never arrived: the reader sees EOF, not a hang
+    assert reader.poll(10)
+    with pytest.raises(EOFError):
+        reader.recv()
     # a pool whose workers cannot start fails its tasks instead of hanging
     pool = fiber.Pool(2)
     result = pool.map_async(abs, [-1, -2])

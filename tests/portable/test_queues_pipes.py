@@ -3,6 +3,7 @@ the selected backend."""
 
 from __future__ import annotations
 
+import os
 import queue
 import time
 
@@ -174,3 +175,19 @@ def test_queues_and_pipes_inside_other_objects():
     assert q.get(timeout=120) == ("via", "dict")
     assert a.recv() == "pipe too"
     p.join(60)
+
+
+def _die_at_once(conn):
+    os._exit(3)
+
+
+def test_pipe_reader_gets_eof_when_child_dies_without_using_its_end():
+    reader, writer = fiber.Pipe(duplex=False)
+    p = fiber.Process(target=_die_at_once, args=(writer,))
+    p.start()
+    writer.close()
+    p.join(120)
+    assert p.exitcode == 3
+    assert reader.poll(30)
+    with pytest.raises(EOFError):
+        reader.recv()

@@ -136,12 +136,13 @@ def main() -> int:
     client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
     transport.register_client(client)  # objects of the parent reuse this connection
     reply = client.request(channel, HELLO + pickle.dumps((os.getpid(), socket.gethostname())))
-    prep, payload = pickle.loads(reply)
-    _prepare(prep)
-    process_obj = serialization.loads_code(payload)
+    # heartbeat first: importing the main module below may take long
     threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
                      args=(client, channel, cfg.heartbeat_interval,
                            cfg.heartbeat_timeout)).start()
+    prep, payload = pickle.loads(reply)
+    _prepare(prep)
+    process_obj = serialization.loads_code(payload)
     out = _Forwarder(client, channel, b"1", sys.stdout)
     err = _Forwarder(client, channel, b"2", sys.stderr)
     sys.stdout, sys.stderr = out, err

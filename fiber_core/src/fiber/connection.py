@@ -9,16 +9,20 @@ of picklable objects, ``send_bytes``/``recv_bytes``/``recv_bytes_into`` of raw b
 
 When is an end closed? When every handle of it is closed: the creator's local handle
 by ``close()`` or garbage collection, each copy sent to another process when that
-process closes it or exits (a copy that was pickled but never arrived anywhere keeps
-the end open). So the usual multiprocessing idiom (start a child with
+process closes it or exits. A copy sent to a fiber Process that ends before it
+receives it is released when that process ends; a copy pickled for anything else
+keeps the end open until it arrives somewhere. So the usual multiprocessing idiom (start a child with
 ``child_conn``, close ``child_conn`` in the parent, read until ``EOFError``) works.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import struct
 import threading
 import weakref
+from collections.abc import Iterator
 
 from fiber import serialization, transport
 from fiber.endpoint import Endpoint
@@ -28,6 +32,27 @@ from fiber.mailbox import CLOSED, EMPTY, ITEM, Mailbox, decode, encode
 __all__ = ["Pipe", "Connection"]
 
 _SIDE = struct.Struct("<B")
+_TOKEN = struct.Struct("<Q")
+_tokens = itertools.count(1)
+_recording = threading.local()
+
+
+@contextlib.contextmanager
+def recording_transit() -> Iterator[list]:
+    """Collect the pipe ends pickled in this block (the payload of a Process), so that
+    they can be released if that process ends before receiving them."""
+    previous = getattr(_recording, "log", None)
+    _recording.log = log = []
+    try:
+        yield log
+    finally:
+        _recording.log = previous
+
+
+def release_transit(log: list) -> None:
+    """The process that was to receive these copies has ended."""
+    for channel, token in log:
+        channel.drop_token(token)
 
 
 class PipeChannel:
@@ -36,7 +61,7 @@ class PipeChannel:
     def __init__(self, hub: transport.Hub) -> None:
         self.boxes = (Mailbox(hub), Mailbox(hub))
         self.local_handles = [0, 0]
-        self.in_transit = [0, 0]  # pickled copies not yet attached anywhere
+        self.in_transit: dict[int, int] = {}  # token of a pickled copy -> its side
         self.remote_peers: list[dict[int, int]] = [{}, {}]  # peer -> handles it holds
         self.lock = threading.Lock()
 
@@ -46,8 +71,22 @@ class PipeChannel:
             self.boxes[side].reader_closed = True  # the other end's sends fail
 
     def _unused(self, side: int) -> bool:
-        return (self.local_handles[side] == 0 and self.in_transit[side] == 0
+        return (self.local_handles[side] == 0 and side not in self.in_transit.values()
                 and not self.remote_peers[side])
+
+    def new_token(self, side: int) -> int:
+        with self.lock:
+            token = next(_tokens)
+            self.in_transit[token] = side
+            return token
+
+    def drop_token(self, token: int) -> None:
+        """A pickled copy will never arrive (or arrived as a local handle)."""
+        with self.lock:
+            side = self.in_transit.pop(token, None)
+            last = side is not None and self._unused(side)
+        if last:
+            self.close_side(side)
 
     def release_local(self, side: int) -> None:
         with self.lock:
@@ -72,7 +111,7 @@ class PipeChannel:
         op, timeout, data = decode(payload[1:])
         if op == b"T":  # a process received a copy of this end
             with self.lock:
-                self.in_transit[side] = max(0, self.in_transit[side] - 1)
+                self.in_transit.pop(_TOKEN.unpack_from(data)[0], None)
                 peers = self.remote_peers[side]
                 peers[request.peer] = peers.get(request.peer, 0) + 1
             request.reply(b"")
@@ -91,13 +130,13 @@ class PipeChannel:
                 self._release_remote(side, peer, everything=True)
 
 
-def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool):
+def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
+             token: int = 0):
     conn = Connection(Endpoint(address, cid), side, readable, writable)
     if conn._channel is not None:  # back home: a local handle again
-        with conn._channel.lock:
-            conn._channel.in_transit[side] = max(0, conn._channel.in_transit[side] - 1)
+        conn._channel.drop_token(token)
     else:
-        conn._request(encode(b"T", 0))
+        conn._request(encode(b"T", 0, _TOKEN.pack(token)))
     return conn
 
 
@@ -123,11 +162,14 @@ class Connection:
     def __reduce__(self):
         if self._closed:
             raise OSError("handle is closed")
+        token = 0
         if self._channel is not None:
-            with self._channel.lock:
-                self._channel.in_transit[self._side] += 1
+            token = self._channel.new_token(self._side)
+            log = getattr(_recording, "log", None)
+            if log is not None:
+                log.append((self._channel, token))
         return (_rebuild, (self._endpoint.address, self._endpoint.cid, self._side,
-                           self._readable, self._writable))
+                           self._readable, self._writable, token))
 
     # -- state ----------------------------------------------------------------------
     @property

@@ -509,14 +509,18 @@ class Pool:
             self._queue.popleft()  # delivered late by a lost worker
         if not self._queue:
             return False
-        alive = max(1, sum(1 for x in self._workers.values() if x.connected and x.alive))
+        # size batches by the pool's target size, not by the workers up so far: the
+        # first workers to connect must not take the work of those still starting
+        alive = max(1, self._target,
+                    sum(1 for x in self._workers.values() if x.connected and x.alive))
         first = self._queue.popleft()
         batch = [first]
-        if not first.alone:
+        if not first.alone and first.count == 1:  # chunks are batches already
             size = min(MAX_BATCH, len(self._queue) // (2 * alive))
             if self._maxtasks is not None:
                 size = min(size, self._maxtasks - w.dispatched - 1)
-            while size > 0 and self._queue and not self._queue[0].alone:
+            while size > 0 and self._queue and not self._queue[0].alone \
+                    and self._queue[0].count == 1:
                 task = self._queue.popleft()
                 if not task.done:
                     batch.append(task)

@@ -81,7 +81,7 @@ def _unpicklable_result(exc: Exception, value) -> Exception:
 
 def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()) -> None:
     if initializer is not None:
-        initializer(*initargs)
+        serialization.rebind_main(initializer)(*initargs)
     client = transport.get_client(address)
     funcs: dict[int, object] = {}
     confirm = client.context()

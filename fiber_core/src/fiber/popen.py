@@ -124,7 +124,11 @@ class JobPopen:
         self._callbacks: list = []
         self._ending = False  # terminate()/kill() was called
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
-        payload = serialization.dumps_code(process_obj)
+        from fiber.connection import recording_transit, release_transit
+
+        with recording_transit() as self._transit:
+            payload = serialization.dumps_code(process_obj)
+        self._release_transit = release_transit
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
         self.hub = transport.get_hub()
         self.channel = ControlChannel(self)
@@ -135,6 +139,7 @@ class JobPopen:
             self.job = self.backend.create_job(spec)
         except BaseException:
             self.hub.remove_channel(self.cid)
+            release_transit(self._transit)
             raise
         self.host = self.job.host
         if self.job.id.isdigit():
@@ -236,6 +241,7 @@ class JobPopen:
                 self._sentinel = (self._sentinel[0], -1)
             callbacks, self._callbacks = self._callbacks, []
         self.hub.remove_channel(self.cid)
+        self._release_transit(self._transit)  # pipe ends it never received
         for callback in callbacks:
             try:
                 callback()

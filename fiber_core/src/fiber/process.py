@@ -86,7 +86,9 @@ class Process:
     def run(self) -> None:
         """Method to be run in the job; override it in a subclass."""
         if self._target:
-            self._target(*self._args, **self._kwargs)
+            from fiber.serialization import rebind_main
+
+            rebind_main(self._target)(*self._args, **self._kwargs)
 
     def start(self) -> None:
         """Create the job that runs this process's :meth:`run`."""

@@ -14,6 +14,7 @@ import pickle
 import struct
 import sys
 import traceback
+import types
 from typing import Any
 
 import cloudpickle
@@ -91,7 +92,34 @@ def dumps_code(obj: Any) -> bytes:
 
 
 def loads_code(data: bytes) -> Any:
-    return pickle.loads(data)
+    """Inverse of :func:`dumps_code`; functions of the parent's ``__main__`` are
+    bound to this process's ``__main__`` (see :func:`rebind_main`)."""
+    return rebind_main(pickle.loads(data))
+
+
+def rebind_main(obj: Any) -> Any:
+    """cloudpickle sends functions of ``__main__`` by value, each with its own copy of
+    the globals it uses, so an initializer that sets a global would not be seen by the
+    tasks. As multiprocessing's spawn does, the child has imported the parent's main
+    script as ``__main__``: use its function of the same name and code, or else bind
+    the function to that module's namespace, so all of them share one set of globals."""
+    if not isinstance(obj, types.FunctionType) or obj.__module__ != "__main__":
+        return obj
+    main = sys.modules.get("__main__")
+    if main is None:
+        return obj
+    same = getattr(main, obj.__name__, None)
+    if isinstance(same, types.FunctionType) and same.__code__.co_code == obj.__code__.co_code:
+        return same
+    namespace = main.__dict__
+    for name, value in obj.__globals__.items():
+        namespace.setdefault(name, value)
+    rebound = types.FunctionType(obj.__code__, namespace, obj.__name__, obj.__defaults__,
+                                 obj.__closure__)
+    rebound.__kwdefaults__ = obj.__kwdefaults__
+    rebound.__dict__.update(obj.__dict__)
+    rebound.__qualname__ = obj.__qualname__
+    return rebound
 
 
 def pack_exception(exc: BaseException) -> bytes:
