@@ -17,7 +17,10 @@ def slow_square(x: int) -> int:
 
 
 def _running_workers(engine_client) -> list[dict]:
-    rows = engine_client.api.containers(filters={"label": "fiber.run", "status": "running"})
+    """Running pool worker containers of this run (other tests' runs may still be
+    ending their own)."""
+    rows = engine_client.api.containers(filters={
+        "label": f"fiber.run={fiber.process.run_id()}", "status": "running"})
     return [row for row in rows if "poolworker" in row["Labels"].get("fiber.name", "")]
 
 
