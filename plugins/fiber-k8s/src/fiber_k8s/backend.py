@@ -212,7 +212,12 @@ class KubernetesBackend(Backend):
         # API at once while its container still runs until the kubelet stops it, so the
         # job would be reported ended while alive. With 1 s the pod stays until the
         # kubelet has stopped the container (SIGTERM, SIGKILL after at most 2 s).
-        grace = 1 if force else max(1, round(self.options.get("kubernetes_grace_period") or 3))
+        # A pod not running yet goes at once (0 s): the kubelet may otherwise take up to
+        # a minute to finish creating and then stop it.
+        if force:
+            grace = 0 if status.state is JobState.PENDING else 1
+        else:
+            grace = max(1, round(self.options.get("kubernetes_grace_period") or 3))
         self._delete(job, grace)
 
     def release(self, job: Job) -> None:
