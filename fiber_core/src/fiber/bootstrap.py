@@ -3,9 +3,15 @@
 It dials the parent's hub named in ``_FIBER_PARENT``, authenticates with the run's
 secret, says hello on its control channel (``_FIBER_CHANNEL``) and receives the
 parent's preparation data (sys.path, main module, as multiprocessing's spawn sends
-them) and the pickled Process object. It then forwards its stdout and stderr to the
+them) and the pickled Process object. It forwards its stdout and stderr to the
 parent, keeps a heartbeat with it (exiting when the parent is gone, so no job outlives
 its parent), runs the process and reports the exit code.
+
+While it imports the parent's main module, starting a process raises RuntimeError
+(as multiprocessing's spawn does: a script without the ``if __name__ == "__main__":``
+guard would start processes in every job). A failure before the process runs (that
+import, unpickling the process object) is sent to the parent with its traceback, which
+the parent raises as :class:`fiber.ProcessStartError`; then the job exits.
 """
 
 from __future__ import annotations
@@ -17,10 +23,11 @@ import pickle
 import socket
 import sys
 import threading
+import traceback
 
-from fiber import config, serialization, transport
+from fiber import config, process, serialization, transport
 from fiber.errors import ConnectionLostError
-from fiber.popen import EXIT, HELLO, OUTPUT, WATCH
+from fiber.popen import EXIT, FAILED, HELLO, OUTPUT, WATCH
 
 PARENT_GONE_EXIT = 70
 
@@ -129,6 +136,21 @@ def _prepare(data: dict) -> None:
     multiprocessing.spawn.prepare(data)
 
 
+def _report_failure(client: transport.Client, channel: int, out: _Forwarder,
+                    err: _Forwarder) -> int:
+    """The job failed before running its process: print the traceback (the parent
+    shows it, as a spawned multiprocessing child would), send it to the parent."""
+    text = traceback.format_exc()
+    err.write(text)
+    out.drain()
+    err.drain()
+    try:
+        client.request(channel, FAILED + text.encode("utf-8", "replace"), timeout=30)
+    except ConnectionLostError:
+        pass
+    return 1
+
+
 def main() -> int:
     address = os.environ.pop("_FIBER_PARENT")
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
@@ -141,11 +163,17 @@ def main() -> int:
                      args=(client, channel, cfg.heartbeat_interval,
                            cfg.heartbeat_timeout)).start()
     prep, payload = pickle.loads(reply)
-    _prepare(prep)
-    process_obj = serialization.loads_code(payload)
     out = _Forwarder(client, channel, b"1", sys.stdout)
     err = _Forwarder(client, channel, b"2", sys.stderr)
     sys.stdout, sys.stderr = out, err
+    process._importing_main = True
+    try:
+        _prepare(prep)
+        process_obj = serialization.loads_code(payload)
+    except BaseException:  # noqa: BLE001 - the parent raises it as ProcessStartError
+        return _report_failure(client, channel, out, err)
+    finally:
+        process._importing_main = False
     exitcode = process_obj._bootstrap()
     out.drain()
     err.drain()
@@ -156,5 +184,23 @@ def main() -> int:
     return exitcode
 
 
+def _run() -> None:
+    """``python -m fiber.bootstrap``: whatever happens, exit (no thread of the
+    connection may keep the job alive)."""
+    code = 1
+    try:
+        code = main()
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - report, then exit like an interpreter would
+        traceback.print_exc()
+    finally:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
 if __name__ == "__main__":
-    os._exit(main())
+    _run()

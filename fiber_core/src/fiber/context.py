@@ -34,8 +34,14 @@ from fiber.managers import (
     Value,
 )
 from fiber.meta import meta
-from fiber.pool import Pool
-from fiber.process import Process, active_children, current_process, parent_process
+from fiber.pool import Pool as _Pool
+from fiber.process import (
+    Process,
+    _check_not_importing_main,
+    active_children,
+    current_process,
+    parent_process,
+)
 from fiber.queues import JoinableQueue, Queue, SimpleQueue
 from fiber.ring import Ring
 
@@ -51,6 +57,15 @@ __all__ = [
     "ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError",
     "ProcessStartError", "ConnectionLostError", "RemoteError", "WorkerLostError",
 ]
+
+
+class Pool(_Pool):
+    __doc__ = _Pool.__doc__
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # raise here, not in the threads that start the workers (see Process.start)
+        _check_not_importing_main()
+        super().__init__(*args, **kwargs)
 
 
 def get_config_value(name: str) -> Any:

@@ -28,6 +28,7 @@ HELLO = b"H"
 OUTPUT = b"O"
 WATCH = b"W"
 EXIT = b"X"
+FAILED = b"F"
 LOG_TAIL = 4000
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
@@ -54,7 +55,8 @@ def preparation_data(name: str) -> dict:
 
 
 class ControlChannel:
-    """Requests from one child's bootstrap: hello, output, heartbeat, exit."""
+    """Requests from one child's bootstrap: hello, output, heartbeat, exit, and
+    failed (it could not prepare the process: the traceback)."""
 
     def __init__(self, popen: JobPopen) -> None:
         self.popen = popen
@@ -86,6 +88,9 @@ class ControlChannel:
             popen.bundle = b""
         elif op == EXIT:
             popen.exit_reported = int(pickle.loads(body))
+            request.reply(b"")
+        elif op == FAILED:
+            popen.failed_to_prepare(bytes(body).decode("utf-8", "replace"))
             request.reply(b"")
         else:
             request.reply(b"unknown control request", transport.ERROR)
@@ -177,6 +182,16 @@ class JobPopen:
         self._connected = True
         self.pid, self.host = pid, host
         self.hub.call_later(self.heartbeat_interval, self._check_alive)
+
+    def failed_to_prepare(self, text: str) -> None:
+        """The bootstrap connected but failed before running the process (importing
+        the main module, unpickling the process object); it exits next."""
+        job_id = self.job.id if self.job is not None else "(being created)"
+        self.start_error = ProcessStartError(
+            f"{self.process_name}: its {self.backend.name} job {job_id} failed while "
+            "preparing to run the process (importing the parent's __main__ module, "
+            f"unpickling the process object):\n{text.rstrip()}", 1, "bootstrap failed", text)
+        logger.debug("%s", self.start_error)  # the job printed the traceback too
 
     def _check_alive(self) -> None:
         if self._done.is_set():

@@ -30,6 +30,27 @@ __all__ = [
 _children: set = set()
 _counter = itertools.count(1)
 _lock = threading.Lock()
+_importing_main = False  # set by fiber.bootstrap while the job prepares itself
+
+_IMPORTING_MAIN_MESSAGE = """\
+An attempt has been made to start a new process before the current process has
+finished its bootstrapping phase: this fiber job is still importing the parent's
+__main__ module.
+
+Every fiber job imports the main module of its parent (like multiprocessing's spawn
+start method), so code at the top level of the script runs again in each job. Start
+processes, pools and managers only under the idiom in the main module:
+
+    if __name__ == '__main__':
+        ...
+"""
+
+
+def _check_not_importing_main() -> None:
+    """Raise RuntimeError when called while the job imports its parent's main module
+    (multiprocessing.spawn._check_not_importing_main)."""
+    if _importing_main:
+        raise RuntimeError(_IMPORTING_MAIN_MESSAGE)
 
 
 def run_id() -> str:
@@ -91,13 +112,15 @@ class Process:
             rebind_main(self._target)(*self._args, **self._kwargs)
 
     def start(self) -> None:
-        """Create the job that runs this process's :meth:`run`."""
+        """Create the job that runs this process's :meth:`run`. Raises RuntimeError
+        in a job that is still importing its parent's main module."""
         self._check_closed()
         assert self._popen is None, "cannot start a process twice"
         assert self._parent_pid == os.getpid(), \
             "can only start a process object created by current process"
         assert not _current_process._config.get("daemon"), \
             "daemonic processes are not allowed to have children"
+        _check_not_importing_main()
         _cleanup()
         from fiber.popen import JobPopen
 
