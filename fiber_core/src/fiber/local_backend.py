@@ -302,6 +302,12 @@ class _ForkServer:
 
     def close(self) -> None:
         try:
+            # shut down first: a plain close() does not end the reader thread's recv,
+            # so the template would never see the end of the stream
+            try:
+                self._sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._sock.close()
         finally:
             try:
