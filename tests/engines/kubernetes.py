@@ -10,6 +10,7 @@ the docker socket and a kubeconfig of a user without any rights).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -75,11 +76,63 @@ def _import_image(docker_host: str) -> str:
     return tag
 
 
+def _procs_module():
+    spec = importlib.util.spec_from_file_location("fiber_k8s_test_procs", SCRIPTS / "procs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _recorded(state: str) -> dict[str, tuple[int, str]]:
+    """name -> (pid, start time) of every server start.sh started."""
+    recorded = {}
+    for path in sorted(Path(state, "pids").glob("*")):
+        fields = path.read_text().split()
+        if len(fields) == 2:
+            recorded[path.name] = (int(fields[0]), fields[1])
+    return recorded
+
+
+def leftovers(state: str, cluster_id: str, recorded: dict[str, tuple[int, str]],
+              netns: str | None = None) -> list[str]:
+    """What of the cluster in ``state`` still exists: its recorded servers (same pid and
+    start time), any process of it (cwd, command line or cgroup in it: containers, shims,
+    containerd), its network namespace, its state dir."""
+    procs = _procs_module()
+    found = []
+    for name, (pid, since) in recorded.items():
+        if procs.start_time(pid) == since:
+            found.append(f"{name} (pid {pid})")
+    exclude = procs.ancestors(os.getpid())
+    found += [f"pid {pid}: {command}"
+              for pid, command in procs.cluster_processes(state, cluster_id, exclude)]
+    if netns and Path("/var/run/netns", netns).exists():
+        found.append(f"network namespace {netns}")
+    if Path(state).exists():
+        found.append(f"state dir {state}")
+    return found
+
+
 def stop() -> None:
+    """Stop the cluster (stop.sh), then check that nothing it started is left: raises
+    RuntimeError naming what is (so the session fails loudly)."""
     state = _state.pop("STATE", None)
     _state.clear()
-    if state:
-        subprocess.run(["bash", str(SCRIPTS / "stop.sh"), state], check=False,
-                       stdin=subprocess.DEVNULL)
-        if Path(state).exists():
-            raise RuntimeError(f"the test cluster in {state} was not removed completely")
+    if not state:
+        return
+    began = time.monotonic()
+    cluster_id = Path(state).name.split(".", 1)[-1]  # start.sh: /tmp/fk8s.<id>
+    netns = f"fk8s-{cluster_id}"
+    recorded: dict[str, tuple[int, str]] = {}
+    returncode = 0
+    if Path(state).exists():  # (a failed start.sh has stopped what it started)
+        recorded = _recorded(state)
+        returncode = subprocess.run(["bash", str(SCRIPTS / "stop.sh"), state], check=False,
+                                    stdin=subprocess.DEVNULL).returncode
+    left = leftovers(state, cluster_id, recorded, netns)
+    if returncode != 0 or left:
+        raise RuntimeError(
+            f"the test cluster {cluster_id} was not stopped completely (stop.sh exit "
+            f"{returncode}); left: {', '.join(left) or 'nothing found'}")
+    _log(f"cluster stopped in {time.monotonic() - began:.1f}s; none of its "
+         f"{len(recorded)} servers, containers or other processes is left")

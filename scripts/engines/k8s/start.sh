@@ -60,10 +60,21 @@ cat > cni/10-fiber-pods.conflist <<CNI
 CNI
 in_ns() { nsenter --net="/var/run/netns/$NETNS" "$@"; }
 
-spawn() {  # spawn NAME CMD...: run in the namespace, detached, pid recorded
-    local name=$1; shift
-    setsid nsenter --net="/var/run/netns/$NETNS" "$@" >"logs/$name.log" 2>&1 </dev/null &
-    echo $! > "pids/$name"
+start_time() {  # start_time PID: the process's start time (field 22 of /proc/PID/stat)
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    # shellcheck disable=SC2086
+    set -- $stat
+    echo "${20}"
+}
+spawn() {  # spawn NAME CMD...: run in the namespace, detached, "PID STARTTIME" recorded
+    local name=$1 pid; shift
+    # exec, so that the recorded pid is the server itself: setsid does not fork (the
+    # subshell is no process group leader) and nsenter execs the command
+    ( exec setsid nsenter --net="/var/run/netns/$NETNS" "$@" >"logs/$name.log" 2>&1 </dev/null ) &
+    pid=$!
+    echo "$pid $(start_time "$pid")" > "pids/$name"
 }
 
 wait_for() {  # wait_for SECONDS WHAT CMD...
@@ -124,9 +135,9 @@ wait_for 30 etcd in_ns bash -c "exec 3<>/dev/tcp/127.0.0.1/2379"
 spawn apiserver "$BIN/kube-apiserver" \
     --etcd-servers=http://127.0.0.1:2379 \
     --bind-address="$NODE_IP" --secure-port=6443 --insecure-port=0 --advertise-address="$NODE_IP" \
-    --tls-cert-file=pki/apiserver.crt --tls-private-key-file=pki/apiserver.key \
-    --token-auth-file=pki/tokens.csv --authorization-mode=Node,RBAC \
-    --service-account-key-file=pki/sa.pub --service-account-signing-key-file=pki/sa.key \
+    --tls-cert-file="$STATE/pki/apiserver.crt" --tls-private-key-file="$STATE/pki/apiserver.key" \
+    --token-auth-file="$STATE/pki/tokens.csv" --authorization-mode=Node,RBAC \
+    --service-account-key-file="$STATE/pki/sa.pub" --service-account-signing-key-file="$STATE/pki/sa.key" \
     --service-account-issuer=https://kubernetes.default.svc \
     --service-cluster-ip-range=10.0.0.0/24 --allow-privileged=true \
     --enable-priority-and-fairness=false --profiling=false \
@@ -135,11 +146,11 @@ KUBECTL_CURL=(curl -sk --max-time 2 -H "Authorization: Bearer $ADMIN_TOKEN")
 wait_for 60 "kube-apiserver" "${KUBECTL_CURL[@]}" -f "https://$NODE_IP:6443/readyz"
 log "apiserver ready after $(( $(date +%s) - START )) s"
 
-spawn scheduler "$BIN/kube-scheduler" --kubeconfig=admin.kubeconfig --leader-elect=false \
+spawn scheduler "$BIN/kube-scheduler" --kubeconfig="$STATE/admin.kubeconfig" --leader-elect=false \
     --bind-address=127.0.0.1 --secure-port=10259 --port=0
-spawn controller-manager "$BIN/kube-controller-manager" --kubeconfig=admin.kubeconfig \
+spawn controller-manager "$BIN/kube-controller-manager" --kubeconfig="$STATE/admin.kubeconfig" \
     --leader-elect=false --bind-address=127.0.0.1 --secure-port=10257 --port=0 \
-    --service-account-private-key-file=pki/sa.key --root-ca-file=pki/apiserver.crt \
+    --service-account-private-key-file="$STATE/pki/sa.key" --root-ca-file="$STATE/pki/apiserver.crt" \
     --controllers='*,-nodeipam,-cloud-node-lifecycle,-service,-route'
 
 # -- docker (own instance) with a runtime that clamps negative oomScoreAdj ------------
@@ -169,7 +180,7 @@ wait_for 60 dockerd docker version
 tar -C "$BIN" -cf - pause | docker import -c 'ENTRYPOINT ["/pause"]' - fiber-k8s/pause:3.2 >/dev/null
 
 # -- kubelet -------------------------------------------------------------------------
-spawn kubelet "$BIN/kubelet" --kubeconfig=node.kubeconfig --hostname-override="$NODE" \
+spawn kubelet "$BIN/kubelet" --kubeconfig="$STATE/node.kubeconfig" --hostname-override="$NODE" \
     --node-ip="$NODE_IP" --address="$NODE_IP" --port=10250 --read-only-port=0 \
     --healthz-bind-address=127.0.0.1 --root-dir="$STATE/kubelet" --cert-dir="$STATE/pki/kubelet" \
     --container-runtime=docker --docker-endpoint="unix://$STATE/docker.sock" \

@@ -24,7 +24,7 @@ from fiber.backend import Backend, BackendError, JobCreationError
 from fiber.job import Job, JobSpec, JobState, JobStatus
 from fiber_k8s import cluster, names
 from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
-from fiber_k8s.status import CONTAINER, pod_status
+from fiber_k8s.status import CONTAINER, container_started, pod_status
 from fiber_k8s.watcher import PodWatcher
 
 logger = logging.getLogger("fiber.kubernetes")
@@ -203,21 +203,41 @@ class KubernetesBackend(Backend):
         except API_ERRORS as exc:
             raise self._error(exc, f"delete pod {job.id}") from exc
 
+    def _started(self, job: Job) -> bool | None:
+        """Whether the job's container has started, from a fresh read of the pod (the
+        watch's copy may lag); None when the pod is gone."""
+        try:
+            pod = self.conn.api.read_namespaced_pod(job.id, job.handle or self.conn.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise self._error(exc, f"read pod {job.id}") from exc
+        except API_ERRORS as exc:
+            raise self._error(exc, f"read pod {job.id}") from exc
+        return container_started(pod)
+
     def terminate(self, job: Job, force: bool = False) -> None:
         status = self.status(job)
         if status.is_final:
             return
         self._cancelled[job.id] = force or self._cancelled.get(job.id, False)
-        # Even with force the grace period is 1 s, not 0: a pod deleted with 0 leaves the
-        # API at once while its container still runs until the kubelet stops it, so the
-        # job would be reported ended while alive. With 1 s the pod stays until the
-        # kubelet has stopped the container (SIGTERM, SIGKILL after at most 2 s).
-        # A pod not running yet goes at once (0 s): the kubelet may otherwise take up to
-        # a minute to finish creating and then stop it.
-        if force:
-            grace = 0 if status.state is JobState.PENDING else 1
+        # A pod whose container has not started yet goes at once (0 s), for terminate()
+        # and kill() alike: with a grace period the pod stays until the kubelet has
+        # finished creating it and then stopped it, and the kubelet (1.20) may wait up to
+        # two minutes for the volumes of a pod deleted while it was being created.
+        # Nothing of the job has run, so reporting it ended at once is true.
+        # Once the container runs, kill() deletes with 1 s, not 0: a pod deleted with 0
+        # leaves the API at once while its container still runs until the kubelet stops
+        # it, so the job would be reported ended while alive. With 1 s the pod stays
+        # until the kubelet has stopped the container (SIGTERM, SIGKILL after at most 2 s).
+        if status.state is JobState.PENDING and not self._started(job):
+            grace = 0
+        elif force:
+            grace = 1
         else:
             grace = max(1, round(self.options.get("kubernetes_grace_period") or 3))
+        logger.debug("deleting pod %s (%s) with a grace period of %d s", job.id,
+                     "kill" if force else "terminate", grace)
         self._delete(job, grace)
 
     def release(self, job: Job) -> None:

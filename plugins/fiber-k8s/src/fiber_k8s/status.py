@@ -110,3 +110,10 @@ def pod_status(pod: Any, pull_failing_since: float | None, now: float,
 def pull_failing(pod: Any) -> bool:
     waiting = _get(_container_status(pod), "state", "waiting")
     return _get(waiting, "reason") in PULL_WAITING
+
+
+def container_started(pod: Any) -> bool:
+    """Whether the job's container has started (it runs, or ran and ended)."""
+    state = _get(_container_status(pod), "state")
+    return bool(_get(state, "running") or _get(state, "terminated")
+                or _get(_container_status(pod), "last_state", "terminated"))
