@@ -194,7 +194,8 @@ class Pool:
         self._lost: collections.OrderedDict[int, dict[int, _Task]] = collections.OrderedDict()
         self._broken: BaseException | None = None
         self._hub = transport.get_hub()
-        self._cid = self._hub.add_channel(_PoolChannel(self))
+        self._cid = self._hub.add_channel(_PoolChannel(self), stream=True)
+        self._address = self._hub.stream_address
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, self._initargs))
         self._starter = ThreadPoolExecutor(max_workers=8, thread_name_prefix="fiber-pool-start")
@@ -287,7 +288,7 @@ class Pool:
 
     def _start_worker(self, w: _Worker) -> None:
         process = Process(target=worker, name=f"PoolWorker-{w.id}", daemon=True,
-                          args=(self._hub.address, self._cid, w.id, self._initializer,
+                          args=(self._address, self._cid, w.id, self._initializer,
                                 self._initargs))
         try:
             process.start()

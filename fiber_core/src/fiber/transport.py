@@ -150,6 +150,8 @@ class Hub:
     def __init__(self, host: str, authkey: bytes | None = None) -> None:
         self.authkey = authkey or auth.get_authkey()
         self._channels: dict[int, Channel] = {}
+        self._stream_channels: set[int] = set()
+        self._stream = None  # fiber.stream.StreamListener, started on first use
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self._peers: dict[int, bytes | bool] = {}  # pipe id -> nonce sent, or True
@@ -170,10 +172,14 @@ class Hub:
         logger.debug("hub listening on %s", self.address)
 
     # -- channels -------------------------------------------------------------------
-    def add_channel(self, channel: Channel, channel_id: int | None = None) -> int:
+    def add_channel(self, channel: Channel, channel_id: int | None = None,
+                    stream: bool = False) -> int:
+        """Serve ``channel``; ``stream=True`` also serves it on the direct stream wire."""
         with self._lock:
             cid = next(self._ids) if channel_id is None else channel_id
             self._channels[cid] = channel
+            if stream:
+                self._stream_channels.add(cid)
             return cid
 
     def channel(self, channel_id: int) -> Channel | None:
@@ -182,6 +188,7 @@ class Hub:
     def remove_channel(self, channel_id: int) -> None:
         with self._lock:
             self._channels.pop(channel_id, None)
+            self._stream_channels.discard(channel_id)
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
         self.timers.call_at(time.monotonic() + delay, fn)
@@ -205,13 +212,8 @@ class Hub:
         with self._lock:
             was = self._peers.pop(pipe.id, None)
             self._pipes.pop(pipe.id, None)
-            channels = list(self._channels.values())
         if was is True:
-            for channel in channels:
-                try:
-                    channel.peer_gone(pipe.id)
-                except Exception:  # noqa: BLE001
-                    logger.exception("peer_gone handler failed")
+            self.peer_lost(pipe.id)
 
     @staticmethod
     def _close_pipe(pipe: pynng.Pipe) -> None:
@@ -258,24 +260,51 @@ class Hub:
             if self._peers.get(pipe.id) is not True:
                 self._authenticate(request, pipe, data)
                 continue
-            if data[:1] != MSG or len(data) < 9:
-                request.reply(b"malformed request", ERROR)
-                continue
-            cid = _CHANNEL.unpack_from(data, 1)[0]
-            channel = self._channels.get(cid)
-            if channel is None:
-                request.reply(b"", GONE)
-                continue
+            self.dispatch(request, data)
+
+    def dispatch(self, request, data: bytes, stream: bool = False) -> None:
+        """Hand an authenticated request to its channel (on the thread of its wire)."""
+        if data[:1] != MSG or len(data) < 9:
+            request.reply(b"malformed request", ERROR)
+            return
+        cid = _CHANNEL.unpack_from(data, 1)[0]
+        channel = self._channels.get(cid)
+        if channel is None or (stream and cid not in self._stream_channels):
+            request.reply(b"", GONE)
+            return
+        try:
+            channel.handle(request, memoryview(data)[9:])
+        except Exception:  # noqa: BLE001 - a bad request must not stop the hub
+            logger.exception("channel %d failed to handle a request", cid)
+            if not request.answered:
+                request.reply(b"internal error", ERROR)
+
+    @property
+    def stream_address(self) -> str:
+        """The address of this hub's direct stream wire (see :mod:`fiber.stream`),
+        which serves the channels added with ``stream=True``; started on first use."""
+        with self._lock:
+            if self._stream is None:
+                from fiber.stream import StreamListener
+
+                self._stream = StreamListener(self, self.host)
+            return self._stream.address
+
+    def peer_lost(self, peer: int) -> None:
+        """A connection of either wire is gone: its channels drop what it waited for."""
+        with self._lock:
+            channels = list(self._channels.values())
+        for channel in channels:
             try:
-                channel.handle(request, memoryview(data)[9:])
-            except Exception:  # noqa: BLE001 - a bad request must not stop the hub
-                logger.exception("channel %d failed to handle a request", cid)
-                if not request.answered:
-                    request.reply(b"internal error", ERROR)
+                channel.peer_gone(peer)
+            except Exception:  # noqa: BLE001
+                logger.exception("peer_gone handler failed")
 
     def close(self) -> None:
         self._closed = True
         self.timers.close()
+        if self._stream is not None:
+            self._stream.close()
         _close_all(self._contexts, self._sock)
 
 
@@ -457,12 +486,18 @@ def get_hub(host: str | None = None) -> Hub:
 
 
 def get_client(address: str) -> Client:
-    """A shared client connection to ``address`` (created on first use)."""
+    """A shared client connection to ``address`` (created on first use): an nng
+    :class:`Client`, or a :class:`fiber.stream.StreamClient` for a stream address."""
     with _registry_lock:
         client = _clients.get(address)
         if client is not None and not client.lost:
             return client
-    client = Client(address)
+    if address.startswith("stream://"):
+        from fiber.stream import StreamClient
+
+        client = StreamClient(address)
+    else:
+        client = Client(address)
     with _registry_lock:
         _clients[address] = client
     return client
