@@ -1,10 +1,22 @@
-"""The local backend's template process: ``python -m fiber.forkserver SOCKET``.
+"""The local backend's template process: ``python -m fiber.forkserver FD``.
 
 Starting a job by forking this pre-imported interpreter costs a few milliseconds and
 shares its memory copy-on-write, where starting a new interpreter costs ~100 ms of CPU
 and ~30 MB per job: this is what makes pools of hundreds of local workers start in
 about a second. The template is single-threaded and never opens an nng socket (nng is
-not fork-safe); it serves one connection from its backend over a private Unix socket:
+not fork-safe); it serves one connection from its backend: the Unix socket ``FD``, one
+end of a socket pair the backend made (no file, nothing to wait for). Before serving
+it also does, once, the work every job would repeat: loading the installed plugins
+(their entry points) and the modules a job imports to connect back and run a Pool
+worker. It does not run the parent's main module nor the non-standard modules it
+imports (a job runs them itself, as multiprocessing's spawn does), but it caches the
+compiled code of those whose bytecode cache is missing or stale (the job then skips
+compiling an unchanged source file, as if a valid ``.pyc`` were there), and it imports
+the standard library modules the parent has imported (fork-safe, no third-party
+state shared between jobs). The protocol:
+
+* ``("preload", stdlib, sources)`` (first, see :func:`preload_plan`): import the
+  ``stdlib`` modules, compile the ``sources`` files; no answer.
 
 * ``("spawn", key, env, cwd, log_path)`` forks a child in a new session that runs
   :func:`fiber.bootstrap.main` with exactly ``env``, in ``cwd``, its output in
@@ -25,8 +37,13 @@ import socket
 import struct
 import sys
 import traceback
+import types
 
 import fiber.bootstrap  # noqa: F401 - pre-import what every job needs
+
+# Modules jobs import after they start (module names may change; absent ones are fine).
+_PRELOAD = ("fiber.pool_worker", "fiber.stream", "fiber.local_backend", "pkgutil",
+            "encodings.idna")
 
 _LEN = struct.Struct("<I")
 
@@ -99,11 +116,117 @@ def _child(closables: list, pipe_fds: tuple[int, int], env: dict, cwd: str | Non
         os._exit(code)
 
 
-def serve(path: str) -> None:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind(path)
-    listener.listen(1)
-    conn, _ = listener.accept()
+def preload() -> None:
+    """Do once here what every job would do: import fiber's modules and load the
+    plugins (scanning the installed distributions' entry points takes milliseconds).
+    Failures are left for the jobs, which report them to their parent."""
+    import importlib
+
+    for name in _PRELOAD:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass
+    try:
+        from fiber import plugins
+
+        plugins.plugin_manager()
+    except Exception:  # noqa: BLE001 - a broken plugin fails in the job, reported there
+        pass
+
+
+# modules of the standard library whose import has effects a job must have itself
+_NOT_PRELOADED = frozenset({
+    "__main__", "__hello__", "__phello__", "antigravity", "this", "readline",
+    "rlcompleter", "idlelib", "tkinter", "turtle", "turtledemo", "pydoc", "site",
+    "sitecustomize", "usercustomize", "test", "pdb", "getpass", "tty", "pty", "curses",
+})
+_MAX_SOURCE_BYTES = 16 << 20
+
+
+def _stdlib_dir() -> str:
+    return os.path.dirname(os.__file__)
+
+
+def _stale_bytecode(source: str) -> bool:
+    import importlib.util
+
+    try:
+        pyc = importlib.util.cache_from_source(source)
+        return os.stat(pyc).st_mtime < os.stat(source).st_mtime
+    except (OSError, NotImplementedError, ValueError):
+        return True
+
+
+def preload_plan(modules: dict | None = None) -> tuple[list, list]:
+    """In the parent: the standard library modules it has imported ``[(name,
+    file)]`` and the source files of its other modules whose bytecode cache is
+    missing or older than the source ``[file]``."""
+    from importlib.machinery import SourceFileLoader
+
+    stdlib = _stdlib_dir() + os.sep
+    names, sources = [], []
+    for name, module in list((modules if modules is not None else sys.modules).items()):
+        spec = getattr(module, "__spec__", None)
+        origin = getattr(spec, "origin", None)
+        if not origin or not os.path.isabs(origin) or name in _NOT_PRELOADED:
+            continue
+        if origin.startswith(stdlib) and "-packages" not in origin[len(stdlib):]:
+            if name.split(".")[0] not in _NOT_PRELOADED:
+                names.append((name, origin))
+        elif isinstance(spec.loader, SourceFileLoader) and _stale_bytecode(origin):
+            sources.append(origin)
+    return names, sources
+
+
+_compiled: dict[str, tuple[bytes, types.CodeType]] = {}
+
+
+def _cached_source_to_code(original):
+    def source_to_code(self, data, path, *, _optimize=-1):
+        hit = _compiled.get(path)
+        if hit is not None and _optimize == -1 and hit[0] == data:
+            return hit[1]  # compiled from these very bytes, with the same flags
+        return original(self, data, path, _optimize=_optimize)
+
+    return source_to_code
+
+
+def apply_preload(names: list, sources: list) -> None:
+    """In the template: import ``names`` (each only if it resolves to the same file
+    as in the parent), compile ``sources`` for the jobs' imports to reuse."""
+    import importlib
+    import importlib.util
+    from importlib.machinery import SourceFileLoader
+
+    total = 0
+    for path in sources:
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+            total += len(data)
+            if total > _MAX_SOURCE_BYTES:
+                break
+            _compiled[path] = (data, compile(data, path, "exec", dont_inherit=True))
+        except (OSError, SyntaxError, ValueError):
+            continue
+    if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
+        SourceFileLoader.source_to_code = _cached_source_to_code(
+            SourceFileLoader.source_to_code)
+    for name, origin in names:
+        if name in sys.modules:
+            continue
+        try:
+            spec = importlib.util.find_spec(name)
+            if spec is not None and spec.origin == origin:
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - the job imports it itself if it needs it
+            continue
+
+
+def serve(fd: int) -> None:
+    conn = socket.socket(fileno=fd)
+    preload()
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
     signal.set_wakeup_fd(write_end)
@@ -130,16 +253,20 @@ def serve(path: str) -> None:
                 messages = recv_message(conn, buffer)
             except (EOFError, OSError):
                 os._exit(0)  # the backend is gone; its jobs notice their parent is gone
-            for _op, key_, env, cwd, log_path in messages:
+            for op, *args in messages:
+                if op == "preload":
+                    apply_preload(*args)
+                    continue
+                key_, env, cwd, log_path = args
                 if cwd and not os.path.isdir(cwd):
                     send_message(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
                 pid = os.fork()
                 if pid == 0:
-                    _child([conn, listener, selector], (read_end, write_end), env, cwd,
+                    _child([conn, selector], (read_end, write_end), env, cwd,
                            log_path)
                 send_message(conn, ("spawned", key_, pid))
 
 
 if __name__ == "__main__":
-    serve(sys.argv[1])
+    serve(int(sys.argv[1]))

@@ -9,7 +9,10 @@ on this backend (they are logged at debug level).
 
 Jobs that run fiber's own bootstrap with this interpreter are forked from a
 pre-imported template process (:mod:`fiber.forkserver`) unless the setting
-``local_start_method`` is ``spawn``; every other command is a new subprocess.
+``local_start_method`` is ``spawn``; every other command is a new subprocess. The
+template is started when the main process first asks for
+:meth:`LocalBackend.listen_address` (it is creating its hub: jobs are coming), so that
+its start overlaps the rest of the parent's setup; in a job, at its first job.
 """
 
 from __future__ import annotations
@@ -24,7 +27,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -50,12 +52,26 @@ class LocalBackend(Backend):
         self._forkserver: _ForkServer | None = None
         self._use_forkserver = options.get("local_start_method", "forkserver") == "forkserver"
 
-    def _forked(self, spec: JobSpec, env: dict, log_path: str):
+    def _template(self) -> _ForkServer:
         with self._lock:
             if self._forkserver is None or self._forkserver.dead:
                 self._forkserver = _ForkServer()
-            server = self._forkserver
-        return server.spawn(env, spec.cwd, log_path)
+            return self._forkserver
+
+    def _forked(self, spec: JobSpec, env: dict, log_path: str):
+        return self._template().spawn(env, spec.cwd, log_path)
+
+    def listen_address(self) -> str:
+        from fiber.process import parent_process  # core-only: plugins must not
+
+        # the main process creates its hub to start jobs; a job (a Manager's server, a
+        # worker making a Queue) may never start one, so it starts the template lazily
+        if self._use_forkserver and parent_process() is None:
+            try:
+                self._template()  # start it now, while the core sets up its hub
+            except JobCreationError as exc:
+                logger.debug("%s", exc)  # create_job() will report it
+        return super().listen_address()
 
     def _log_path(self, name: str) -> str:
         with self._lock:
@@ -211,6 +227,9 @@ class _ForkedChild:
                 pass
 
 
+_SPAWN_HINT = "FIBER_LOCAL_START_METHOD=spawn to start jobs without it"
+
+
 class _ForkServer:
     """The connection to one template process (see :mod:`fiber.forkserver`)."""
 
@@ -218,22 +237,20 @@ class _ForkServer:
         from fiber import forkserver
 
         self._proto = forkserver
-        self._dir = tempfile.mkdtemp(prefix="fiber-forkserver-")
-        path = os.path.join(self._dir, "socket")
-        self._proc = subprocess.Popen([sys.executable, "-m", "fiber.forkserver", path],
-                                      stdin=subprocess.DEVNULL)
-        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                self._sock.connect(path)
-                break
-            except (FileNotFoundError, ConnectionRefusedError):
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    raise JobCreationError(
-                        "the local backend's template process did not start (set "
-                        "FIBER_LOCAL_START_METHOD=spawn to start jobs without it)") from None
-                time.sleep(0.005)
+        self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._proc = subprocess.Popen(
+                [sys.executable, "-m", "fiber.forkserver", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
+        except OSError as exc:
+            self._sock.close()
+            raise JobCreationError(
+                f"cannot start the local backend's template process: {exc} (set "
+                f"{_SPAWN_HINT})") from exc
+        finally:
+            theirs.close()
+        # what the template can do once for all jobs (see fiber.forkserver)
+        forkserver.send_message(self._sock, ("preload", *forkserver.preload_plan()))
         self.dead = False
         self._lock = threading.Lock()
         self._keys = itertools.count()
@@ -251,12 +268,14 @@ class _ForkServer:
             self._waiting[key] = slot
             self._proto.send_message(self._sock, ("spawn", key, env, cwd, log_path))
         if not slot[0].wait(30):
-            raise JobCreationError("the local backend's template process does not answer")
+            raise JobCreationError("the local backend's template process does not answer "
+                                   f"(set {_SPAWN_HINT})")
         answer = slot[1]
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
         if answer is None:
-            raise JobCreationError("the local backend's template process has exited")
+            raise JobCreationError("the local backend's template process has exited (see "
+                                   f"its error above; set {_SPAWN_HINT})")
         return answer
 
     def _read(self) -> None:
@@ -315,7 +334,6 @@ class _ForkServer:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
-            shutil.rmtree(self._dir, ignore_errors=True)
 
 
 @hookimpl

@@ -1,0 +1,123 @@
+"""The local backend's template process (fiber.forkserver): what it does once for all
+jobs must not change what a job sees, compared with a new interpreter (spawn).
+
+The end-to-end tests run scripts in a fresh interpreter on the real local backend,
+with jobs forked from the template and, for comparison, spawned.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import py_compile
+import statistics
+import types
+
+import pytest
+
+from fiber import forkserver
+
+METHODS = ["forkserver", "spawn"]
+
+
+def _module(name: str, path: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    mod.__spec__ = importlib.util.spec_from_file_location(name, path)
+    return mod
+
+
+def test_preload_plan(tmp_path):
+    """Unit test of the plan alone: module objects made here stand in for
+    sys.modules."""
+    fresh = tmp_path / "fresh.py"
+    fresh.write_text("X = 1\n")
+    stale = tmp_path / "stale.py"
+    stale.write_text("X = 2\n")
+    nocache = tmp_path / "nocache.py"
+    nocache.write_text("X = 3\n")
+    py_compile.compile(str(fresh))
+    py_compile.compile(str(stale))
+    os.utime(importlib.util.cache_from_source(str(stale)), (1, 1))  # older than source
+    modules = {
+        "fresh": _module("fresh", str(fresh)),
+        "stale": _module("stale", str(stale)),
+        "nocache": _module("nocache", str(nocache)),
+        "statistics": statistics,
+        "this": _module("this", os.path.join(os.path.dirname(os.__file__), "this.py")),
+        "__main__": _module("__main__", str(nocache)),
+        "builtin_sys": types.ModuleType("builtin_sys"),
+    }
+    names, sources = forkserver.preload_plan(modules)
+    assert names == [("statistics", statistics.__file__)]
+    assert sorted(sources) == sorted([str(stale), str(nocache)])
+
+
+def test_cached_code_is_used_only_for_the_same_source(tmp_path):
+    """Unit test of the code cache: an unchanged source reuses the compiled code, a
+    changed one is compiled again (a fake loader method records the calls)."""
+    calls = []
+
+    def original(self, data, path, *, _optimize=-1):
+        calls.append(path)
+        return compile(data, path, "exec", dont_inherit=True)
+
+    source = b"VALUE = 1\n"
+    code = compile(source, "m.py", "exec", dont_inherit=True)
+    forkserver._compiled["m.py"] = (source, code)
+    try:
+        cached = forkserver._cached_source_to_code(original)
+        assert cached(None, source, "m.py") is code
+        assert calls == []
+        changed = cached(None, b"VALUE = 2\n", "m.py")
+        assert calls == ["m.py"]
+        namespace: dict = {}
+        exec(changed, namespace)
+        assert namespace["VALUE"] == 2
+    finally:
+        forkserver._compiled.pop("m.py", None)
+
+
+SCRIPT = """
+    import os
+    import sys
+    import statistics  # a standard library module the template imports for the jobs
+
+    import fiber
+    import helper  # no bytecode cache (PYTHONDONTWRITEBYTECODE): the template compiles it
+
+    def report(q):
+        import helper as h
+        q.put((h.VALUE, h.RUNS_IN, os.getpid(), statistics.mean([1, 3]),
+               sys.modules["__mp_main__"].MAIN_RUNS_IN))
+
+    MAIN_RUNS_IN = os.getpid()
+
+    if __name__ == "__main__":
+        q = fiber.Queue()
+        p = fiber.Process(target=report, args=(q,))
+        p.start()  # the template exists from here on
+        print("first", q.get(timeout=60)[0])
+        p.join()
+        with open(helper.__file__, "w") as f:  # changed after the template compiled it
+            f.write("import os\\nVALUE = 'changed'\\nRUNS_IN = os.getpid()\\n")
+        p = fiber.Process(target=report, args=(q,))
+        p.start()
+        value, runs_in, pid, mean, main_runs_in = q.get(timeout=60)
+        p.join()
+        print("second", value, runs_in == pid, main_runs_in == pid, mean)
+"""
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_jobs_run_their_modules_themselves(run_script, tmp_path, method):
+    """The parent's main module and its non-standard imports run in the job itself
+    (as with spawn), and a source changed after the template started is the one a
+    job runs."""
+    (tmp_path / "helper.py").write_text(
+        "import os\nVALUE = 'original'\nRUNS_IN = os.getpid()\n")
+    result = run_script(SCRIPT, env={"FIBER_BACKEND": "local",
+                                     "FIBER_LOCAL_START_METHOD": method,
+                                     "PYTHONDONTWRITEBYTECODE": "1"}, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "first original" in result.stdout
+    assert "second changed True True 2" in result.stdout
