@@ -1,9 +1,11 @@
 """Bandwidth of Pipe and Queue transfers of numpy arrays, against a memory copy.
 
 The parent sends an array to a child process, which receives it (unpickling it
-into a new array) and answers with its size; the time from send to answer gives
-GB/s. A plain ``numpy.copyto`` of the same array is the physical bound: a transfer
-between processes copies at least that much.
+into a new array), drops it and answers with its size; the time from send to answer
+gives GB/s. Each size is sent once untimed first (steady state: buffers, pools and
+the allocator warmed up, for every contender alike). A plain ``numpy.copyto`` of the
+same array is the physical bound of a copying transfer (fiber's shared-memory path
+copies once, on the sender's side, and the receiver maps the pages).
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ def pipe_echo(conn: Any) -> None:
         obj = conn.recv()
         if obj is None:
             return
-        conn.send(obj.nbytes)
+        size = obj.nbytes
+        del obj  # consumed: a receiver that keeps arrays would not be measuring transfers
+        conn.send(size)
 
 
 def queue_echo(inbox: Any, outbox: Any) -> None:
@@ -30,7 +34,9 @@ def queue_echo(inbox: Any, outbox: Any) -> None:
         obj = inbox.get()
         if obj is None:
             return
-        outbox.put(obj.nbytes)
+        size = obj.nbytes
+        del obj
+        outbox.put(size)
 
 
 def _repeats(nbytes: int, budget_bytes: int) -> int:
@@ -65,6 +71,8 @@ def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
         parent.recv()
         for mb in sizes_mb:
             arr = np.ones(mb * 2**20, dtype=np.uint8)
+            parent.send(arr)  # warm-up
+            parent.recv()
             samples = []
             for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
                 t0 = time.perf_counter()
@@ -87,6 +95,8 @@ def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
         outbox.get(timeout=120)
         for mb in sizes_mb:
             arr = np.ones(mb * 2**20, dtype=np.uint8)
+            inbox.put(arr)  # warm-up
+            outbox.get(timeout=300)
             samples = []
             for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
                 t0 = time.perf_counter()

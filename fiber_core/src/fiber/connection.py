@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from fiber import serialization, transport
 from fiber.endpoint import Endpoint
 from fiber.errors import BufferTooShort
-from fiber.mailbox import CLOSED, EMPTY, ITEM, Mailbox, decode, encode
+from fiber.mailbox import CLOSED, EMPTY, ITEM, SHARED, Mailbox, decode, encode, reader_host
 
 __all__ = ["Pipe", "Connection"]
 
@@ -69,6 +69,7 @@ class PipeChannel:
         self.boxes[1 - side].close()  # the other end reads EOF once drained
         with self.boxes[side].lock:
             self.boxes[side].reader_closed = True  # the other end's sends fail
+        self.boxes[side].discard()  # nobody will read what is left (shared segments)
 
     def _unused(self, side: int) -> bool:
         return (self.local_handles[side] == 0 and side not in self.in_transit.values()
@@ -118,7 +119,7 @@ class PipeChannel:
         elif op == b"X":
             self._release_remote(side, request.peer)
             request.reply(b"")
-        elif op == b"P":
+        elif op == b"P" or op == b"Q":
             self.boxes[1 - side].handle(request, op, timeout, data)
         else:
             self.boxes[side].handle(request, op, timeout, data)
@@ -240,7 +241,15 @@ class Connection:
     def send(self, obj) -> None:
         self._check_closed()
         self._check_writable()
-        self._put(serialization.dumps(obj))
+        data = serialization.dumps(obj, self._shm_owner)
+        try:
+            self._put(data)
+        except BaseException:
+            serialization.discard(data)  # not accepted: its segment is still ours
+            raise
+
+    def _shm_owner(self) -> int | None:
+        return self._endpoint.shm_owner(_SIDE.pack(self._side))
 
     def _put(self, data: bytes) -> None:
         if self._channel is not None:
@@ -248,7 +257,8 @@ class Connection:
                 raise BrokenPipeError("the other end of the pipe is closed")
             self._channel.boxes[1 - self._side].put(data)
             return
-        reply = self._request(encode(b"P", None, data))
+        op = b"Q" if isinstance(data, serialization.Shared) else b"P"
+        reply = self._request(encode(op, None, data))
         if reply[:1] == CLOSED:
             raise BrokenPipeError("the other end of the pipe is closed")
 
@@ -257,9 +267,11 @@ class Connection:
         self._check_readable()
         if self._channel is not None:
             return self._channel.boxes[self._side].get()
-        reply = self._request(encode(b"G", None))
+        reply = self._request(encode(b"G", None, reader_host()))
         if reply[:1] == ITEM:
             return reply[1:]
+        if reply[:1] == SHARED:
+            return serialization.Shared(memoryview(reply)[1:])
         if reply[:1] == CLOSED:
             raise EOFError
         raise OSError(f"unexpected reply {reply[:1]!r}")
@@ -267,7 +279,7 @@ class Connection:
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
         if maxlength is not None and maxlength < 0:
             raise ValueError("negative maxlength")
-        data = self._get()
+        data = self._get_bytes()
         if maxlength is not None and len(data) > maxlength:
             self.close()
             raise OSError("bad message length")
@@ -277,11 +289,16 @@ class Connection:
         view = memoryview(buf).cast("B")
         if offset < 0 or offset > len(view):
             raise ValueError("offset out of bounds" if offset >= 0 else "negative offset")
-        data = self._get()
+        data = self._get_bytes()
         if len(data) > len(view) - offset:
             raise BufferTooShort(data)
         view[offset:offset + len(data)] = data
         return len(data)
+
+    def _get_bytes(self) -> bytes:
+        """A message as bytes (an object sent with shared memory: the plain pickle)."""
+        data = self._get()
+        return serialization.inline(data) if isinstance(data, serialization.Shared) else data
 
     def recv(self):
         return serialization.loads(self._get())

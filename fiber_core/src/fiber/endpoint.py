@@ -5,9 +5,10 @@ the owner's hub, with one request line per thread so that a thread blocked in
 
 from __future__ import annotations
 
+import os
 import threading
 
-from fiber import transport
+from fiber import shm, transport
 
 # A remote wait with a timeout is timed out by the owner; this much longer the
 # caller waits for the owner's answer before it calls the connection lost.
@@ -20,6 +21,7 @@ class Endpoint:
         self.cid = cid
         self._local = None
         self._tls = threading.local()
+        self._shm_owner: int | None | bool = False  # False: not asked yet
         hub = transport.local_hub(address)
         if hub is not None:
             self._local = hub.channel(cid)
@@ -35,3 +37,21 @@ class Endpoint:
             ctx = self._tls.ctx = transport.get_client(self.address).context()
         return ctx.request(self.cid, payload,
                            None if timeout is None else timeout + TIMEOUT_SLACK)
+
+    def shm_owner(self, prefix: bytes = b"") -> int | None:
+        """The pid of the process holding this object when it is on this host (so
+        large buffers may go through shared memory), else None. Asked once per
+        endpoint with a mailbox ``H`` request (``prefix`` + request, e.g. a pipe's side)."""
+        if shm.host_token() is None:
+            return None
+        if self._local is not None:
+            return os.getpid()
+        if self._shm_owner is False:
+            from fiber.mailbox import encode, parse_owner
+
+            try:
+                owner = parse_owner(self.request(prefix + encode(b"H", 0)))
+            except Exception:  # noqa: BLE001 - an owner that cannot tell: send bytes
+                owner = None
+            self._shm_owner = owner
+        return self._shm_owner

@@ -6,16 +6,26 @@ A mailbox lives in the process that created the queue or pipe. Local callers blo
 a condition variable; remote callers' requests are parked and answered when an item
 (or room) arrives or when their timeout expires, the timeout being kept by the hub so
 that an item is never both delivered and timed out.
+
+Items whose large buffers are in a shared-memory segment (:class:`fiber.serialization.
+Shared`, put with op ``Q`` by remote senders) are handed to a remote reader of this
+host as the descriptor (reply ``SHARED``), and to a reader of another host inline
+(the segment read and unlinked here). Items that will never be read (the mailbox is
+garbage collected, its reader end closed, a parked writer gone) have their segment
+unlinked.
 """
 
 from __future__ import annotations
 
 import collections
+import os
 import queue
 import struct
 import threading
+import weakref
 
-from fiber import transport
+from fiber import serialization, shm, transport
+from fiber.serialization import Shared
 
 _HEADER = struct.Struct("<cd")  # op, timeout (< 0: forever, 0: do not wait)
 HEADER_SIZE = _HEADER.size
@@ -26,6 +36,36 @@ EMPTY = b"E"
 ACCEPTED = b"A"
 FULL = b"F"
 CLOSED = b"C"
+SHARED = b"M"  # an item whose buffers are in a shared-memory segment
+
+
+def reader_host() -> bytes:
+    """The data of a ``G`` request: the reader's host token (empty: no shared memory)."""
+    return shm.host_token() or b""
+
+
+def owner_answer() -> bytes:
+    """The reply to ``H``: this process's pid and host token, when shared memory works."""
+    token = shm.host_token()
+    return b"" if token is None else b"%d\n%s" % (os.getpid(), token)
+
+
+def parse_owner(reply: bytes) -> int | None:
+    """The mailbox owner's pid from an ``H`` reply when it shares this host's memory."""
+    pid, _, token = bytes(reply).partition(b"\n")
+    if not token or token != shm.host_token():
+        return None
+    return int(pid)
+
+
+def _discard_all(*queues) -> None:
+    for items in queues:
+        for item in list(items):
+            if isinstance(item, _Waiter):  # a parked writer's item (unless timed out)
+                item = None if item.done else item.item
+            if isinstance(item, Shared):
+                serialization.discard(item)
+        items.clear()
 
 
 def encode(op: bytes, timeout: float | None, data: bytes = b"") -> bytes:
@@ -37,12 +77,26 @@ def decode(payload: memoryview) -> tuple[bytes, float | None, memoryview]:
     return op, (None if timeout < 0 else timeout), payload[HEADER_SIZE:]
 
 
-class _Waiter:
-    __slots__ = ("request", "item", "done", "result")
+_mailboxes: weakref.WeakSet = weakref.WeakSet()
 
-    def __init__(self, request: transport.Request | None, item: bytes | None = None) -> None:
+
+def _drop_all() -> None:
+    """At the main process's exit: the items of its mailboxes will never be read."""
+    for mailbox in list(_mailboxes):
+        mailbox._finalizer()
+
+
+shm.exit_hooks.append(_drop_all)
+
+
+class _Waiter:
+    __slots__ = ("request", "item", "done", "result", "host")
+
+    def __init__(self, request: transport.Request | None, item: bytes | None = None,
+                 host: bytes = b"") -> None:
         self.request = request
         self.item = item
+        self.host = host  # a remote reader's host token
         self.done = False
         self.result: bytes | None = None
 
@@ -63,6 +117,24 @@ class Mailbox:
         self._joiners: list[_Waiter] = []
         self.lock = threading.Lock()
         self.cond = threading.Condition(self.lock)
+        # unread shared-memory items are unlinked when the mailbox goes
+        self._finalizer = weakref.finalize(self, _discard_all, self.items, self._putters)
+        _mailboxes.add(self)
+
+    def discard(self) -> None:
+        """Nobody will read this mailbox: drop its items (and their segments)."""
+        with self.lock:
+            _discard_all(self.items)
+
+    @staticmethod
+    def _reply_item(request: transport.Request, item: bytes, host: bytes) -> bytes | None:
+        """Answer a remote reader with ``item``; None when delivered, else the item to
+        keep (inlined if it was shared: its segment is gone)."""
+        if isinstance(item, Shared):
+            if host and host == shm.host_token():
+                return None if request.reply(SHARED + item) else item
+            item = serialization.inline(item)
+        return None if request.reply(ITEM + item) else item
 
     # -- shared logic (lock held) ---------------------------------------------------
     def _deliver(self, item: bytes) -> bool:
@@ -73,8 +145,10 @@ class Mailbox:
                 continue
             waiter.done = True
             if waiter.request is not None:
-                if waiter.request.reply(ITEM + item):
+                left = self._reply_item(waiter.request, item, waiter.host)
+                if left is None:
                     return True
+                item = left
                 continue  # that requester is gone: try the next one
             waiter.result = item
             self.cond.notify_all()
@@ -194,28 +268,32 @@ class Mailbox:
                data: memoryview) -> None:
         with self.lock:
             if op == b"G":
+                host = bytes(data)
                 if self.items:
                     item = self._take()
-                    request.reply(ITEM + item)
+                    left = self._reply_item(request, item, host)
+                    if left is not None:  # the reader is gone: keep the item
+                        self.items.appendleft(left)
                 elif self.closed:
                     request.reply(CLOSED)
                 elif timeout == 0:
                     request.reply(EMPTY)
                 else:
-                    waiter = _Waiter(request)
+                    waiter = _Waiter(request, host=host)
                     self._getters.append(waiter)
                     if timeout is not None:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
-            elif op == b"P":
+            elif op == b"P" or op == b"Q":  # Q: the item is shared (a descriptor)
+                item = Shared(data) if op == b"Q" else bytes(data)
                 if self.reader_closed:
                     request.reply(CLOSED)
                 elif not self._full():
-                    self._admit(bytes(data))
+                    self._admit(item)
                     request.reply(ACCEPTED)
                 elif timeout == 0:
                     request.reply(FULL)
                 else:
-                    waiter = _Waiter(request, bytes(data))
+                    waiter = _Waiter(request, item)
                     self._putters.append(waiter)
                     if timeout is not None:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, FULL))
@@ -229,6 +307,8 @@ class Mailbox:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
             elif op == b"S":
                 request.reply(str(len(self.items)).encode())
+            elif op == b"H":  # may the writer put shared-memory items?
+                request.reply(owner_answer())
             elif op == b"D":
                 try:
                     self._task_done()
@@ -251,4 +331,6 @@ class Mailbox:
             for waiters in (self._getters, self._putters, self._pollers, self._joiners):
                 for waiter in waiters:
                     if waiter.request is not None and waiter.request.peer == peer:
+                        if not waiter.done and isinstance(waiter.item, Shared):
+                            serialization.discard(waiter.item)  # never admitted
                         waiter.done = True

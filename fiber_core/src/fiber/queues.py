@@ -17,7 +17,18 @@ import weakref
 
 from fiber import serialization, transport
 from fiber.endpoint import Endpoint
-from fiber.mailbox import ACCEPTED, CLOSED, EMPTY, FULL, ITEM, Mailbox, decode, encode
+from fiber.mailbox import (
+    ACCEPTED,
+    CLOSED,
+    EMPTY,
+    FULL,
+    ITEM,
+    SHARED,
+    Mailbox,
+    decode,
+    encode,
+    reader_host,
+)
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
@@ -49,7 +60,7 @@ class Queue:
         if maxsize <= 0:
             maxsize = 0
         hub = transport.get_hub()
-        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))
+        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))  # its items go with it
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
 
@@ -73,12 +84,20 @@ class Queue:
 
     def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
         self._check()
-        data = serialization.dumps(obj)
+        data = serialization.dumps(obj, self._endpoint.shm_owner)
+        try:
+            self._put(data, block, timeout)
+        except BaseException:
+            serialization.discard(data)  # not accepted: its segment is still ours
+            raise
+
+    def _put(self, data: bytes, block: bool, timeout: float | None) -> None:
         wait = timeout if block else 0.0
         if self._mailbox is not None:
             self._mailbox.put(data, block, timeout)
             return
-        reply = self._endpoint.request(encode(b"P", wait, data), wait)
+        op = b"Q" if isinstance(data, serialization.Shared) else b"P"
+        reply = self._endpoint.request(encode(op, wait, data), wait)
         if reply[:1] == FULL:
             raise queue.Full
         if reply[:1] != ACCEPTED:
@@ -89,9 +108,9 @@ class Queue:
         wait = timeout if block else 0.0
         if self._mailbox is not None:
             return serialization.loads(self._mailbox.get(block, timeout))
-        reply = self._endpoint.request(encode(b"G", wait), wait)
+        reply = self._endpoint.request(encode(b"G", wait, reader_host()), wait)
         kind = reply[:1]
-        if kind == ITEM:
+        if kind == ITEM or kind == SHARED:
             return serialization.loads(memoryview(reply)[1:])
         if kind == EMPTY:
             raise queue.Empty

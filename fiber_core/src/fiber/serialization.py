@@ -5,7 +5,9 @@ cloudpickle for what pickle cannot do (lambdas, closures, functions and classes 
 interactive ``__main__``). ``dumps_code`` always uses cloudpickle (process objects,
 task functions), which pickles ``__main__`` code by value. Large buffers (pickle
 protocol 5, e.g. numpy arrays) travel out of band: they are not copied into the
-pickle stream, only once into the message.
+pickle stream, only once into the message. Queues and pipes pass a ``shared`` callback: large
+buffers then go through a shared-memory segment (:mod:`fiber.shm`) when the mailbox
+is on this host, and the message is a small descriptor (a :class:`Shared`).
 """
 
 from __future__ import annotations
@@ -15,16 +17,26 @@ import struct
 import sys
 import traceback
 import types
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 
+from fiber import shm
 from fiber.errors import RemoteError
 
 PROTOCOL = 5
 OOB_THRESHOLD = 64 * 1024
 _OOB = b"\x01"  # in-band messages are plain pickles (they start with b"\x80")
+_SHM = b"\x02"  # buffers in a shared-memory segment
 _LEN = struct.Struct("<Q")
+
+
+class Shared(bytes):
+    """A message whose buffers are in a shared-memory segment: the segment must be
+    unlinked by whoever drops the message (see :func:`discard`)."""
+
+    __slots__ = ()
 
 
 class SerializationError(pickle.PicklingError):
@@ -48,23 +60,78 @@ def _pickle(obj: Any, buffers: list | None) -> bytes:
         ) from exc
 
 
-def dumps(obj: Any) -> bytes:
-    """Serialize ``obj`` into one message body (out-of-band buffers appended)."""
+def dumps(obj: Any, shared: Callable[[], int | None] | None = None) -> bytes:
+    """Serialize ``obj`` into one message body (out-of-band buffers appended).
+
+    ``shared`` (queues and pipes) returns the pid of the process holding the
+    destination mailbox when it is on this host, else None; it is called only for
+    messages with at least :data:`fiber.shm.THRESHOLD` bytes of buffers, which then
+    go into a shared-memory segment and the result is a :class:`Shared`."""
     buffers: list[pickle.PickleBuffer] = []
     data = _pickle(obj, buffers)
     big = [b.raw() for b in buffers]
     if not big:
         return data
-    if sum(m.nbytes for m in big) < OOB_THRESHOLD:
+    total = sum(m.nbytes for m in big)
+    if total < OOB_THRESHOLD:
         return _pickle(obj, None)
+    if shared is not None and total >= shm.THRESHOLD:
+        owner = shared()
+        segment = shm.write(owner, big) if owner is not None else None
+        if segment is not None:
+            name, offsets = segment
+            header = [_SHM, _LEN.pack(len(big)), _LEN.pack(len(data)),
+                      _LEN.pack(len(name)), name.encode()]
+            header += [_LEN.pack(o) + _LEN.pack(m.nbytes) for o, m in zip(offsets, big, strict=True)]
+            return Shared(b"".join([*header, data]))
     header = [_OOB, _LEN.pack(len(big)), _LEN.pack(len(data))]
     header += [_LEN.pack(m.nbytes) for m in big]
     return b"".join([*header, data, *big])
 
 
+def _parse_shared(view: memoryview) -> tuple[str, list[tuple[int, int]], memoryview]:
+    count, size, namelen = (_LEN.unpack_from(view, 1 + 8 * i)[0] for i in range(3))
+    offset = 25 + namelen
+    name = bytes(view[25:offset]).decode()
+    spans = [(_LEN.unpack_from(view, offset + 16 * i)[0],
+              _LEN.unpack_from(view, offset + 16 * i + 8)[0]) for i in range(count)]
+    offset += 16 * count
+    return name, spans, view[offset:offset + size]
+
+
+def _attach(view: memoryview) -> tuple[list[memoryview], memoryview]:
+    name, spans, data = _parse_shared(view)
+    mapping = memoryview(shm.attach(name, max(o + n for o, n in spans)))
+    return [mapping[o:o + n] for o, n in spans], data
+
+
+def is_shared(body: bytes | memoryview) -> bool:
+    """Whether ``body`` is a shared-memory descriptor (see :func:`dumps`)."""
+    return isinstance(body, Shared) or memoryview(body)[:1] == _SHM
+
+
+def discard(body: bytes | memoryview) -> None:
+    """A message that will never be received: unlink its segment, if any."""
+    if isinstance(body, Shared):
+        shm.drop(_parse_shared(memoryview(body))[0])
+
+
+def inline(body: bytes | memoryview) -> bytes:
+    """The plain message (buffers appended) of a shared-memory descriptor, for a
+    receiver that cannot map the segment; the segment is unlinked."""
+    buffers, data = _attach(memoryview(body))
+    header = [_OOB, _LEN.pack(len(buffers)), _LEN.pack(len(data))]
+    header += [_LEN.pack(m.nbytes) for m in buffers]
+    return b"".join([*header, data, *buffers])
+
+
 def loads(body: bytes | memoryview) -> Any:
-    """Inverse of :func:`dumps`."""
+    """Inverse of :func:`dumps`. The arrays of a shared-memory message are backed by
+    the segment's mapping (writable, private to the receiver: it was unlinked)."""
     view = memoryview(body)
+    if view[:1] == _SHM:
+        buffers, data = _attach(view)
+        return pickle.loads(data, buffers=buffers)
     if view[:1] != _OOB:
         return pickle.loads(view)
     count = _LEN.unpack_from(view, 1)[0]

@@ -1,0 +1,485 @@
+"""Shared-memory segments for the large out-of-band buffers of queue and pipe messages.
+
+When a message's out-of-band buffers (pickle protocol 5: numpy arrays...) total at
+least :data:`THRESHOLD` bytes and the queue or pipe lives in a process of the same
+host, the sender copies them into a file in ``/dev/shm`` and sends only a small
+descriptor; the receiver maps the file, and the arrays it gets are backed by that
+mapping (no copy on receive).
+
+Two kinds of segments (byte 1 of a segment's 64-byte header):
+
+* *Pooled*: each sender keeps up to :data:`POOL_SLOTS` segments per destination
+  process mapped and reuses them, so sending is one ``memcpy`` into warm pages. Byte 0
+  of the header says whether a message is in flight. The receiver takes a shared
+  ``flock`` on the segment, marks it taken and holds the lock as long as the arrays
+  live (the lock goes with the mapping's file descriptor, and the kernel drops it when
+  the receiver dies). The sender reuses a segment only when it is marked free and it
+  gets the exclusive lock. A mailbox that drops an unread message marks it free.
+* *One-off* (the pool is busy or the message is too big for it): written with
+  ``pwrite``; the receiver unlinks it when it opens it.
+
+Names are ``fiber-<pid namespace>-<mailbox owner pid>-<sender pid>-<random>``.
+Cleanup: whoever takes a one-off message out of its mailbox unlinks it (the receiver;
+the mailbox's owner when the queue is garbage collected, the pipe end that would read
+it is closed, or the reader is on another host and gets the bytes inline). A pooled
+segment is unlinked by its sender at exit when free, else by the last user after the
+sender is gone (the receiver releasing its arrays, the mailbox dropping the message).
+What a killed process leaves behind (a sender's free segments, a dead mailbox's
+messages) is removed by :func:`sweep`, which runs at the main process's exit and every
+:data:`SWEEP_INTERVAL` seconds in a process that creates segments.
+
+"Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
+(:func:`host_token`); anything else falls back to bytes over the wire. Setting
+``_FIBER_SHM=0`` turns the shared-memory path off for a process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import mmap
+import os
+import re
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Sequence
+
+logger = logging.getLogger("fiber.shm")
+
+DIRECTORY = "/dev/shm"
+THRESHOLD = 1 << 20  # out-of-band bytes of one message from which shared memory is used
+ALIGN = 64  # buffers start at multiples of this in a segment
+SWEEP_INTERVAL = 60.0
+_NAME = re.compile(r"fiber-(\d+)-(\d+)-(\d+)-[0-9a-f]{16}\Z")
+HEADER = 64  # byte 0: a message is in flight; byte 1: pooled
+IN_FLIGHT, FREE = 1, 0
+POOLED, ONE_OFF = 1, 0
+POOL_SLOTS = 3  # pooled segments per destination process
+POOL_MAX_SEGMENT = 1 << 30  # bigger messages go one-off
+POOL_MAX_BYTES = 2 << 30  # pooled bytes per sending process
+
+_lock = threading.Lock()
+_token: bytes | None = None
+_token_known = False
+_last_sweep = 0.0
+_used = False  # this process made, opened or kept a segment
+exit_hooks: list = []  # run at exit before this process's pool is closed (mailboxes)
+
+
+class SegmentError(OSError):
+    """A shared-memory segment named in a message cannot be opened."""
+
+
+def _compute_token() -> bytes | None:
+    if os.environ.get("_FIBER_SHM", "1").strip().lower() in ("0", "off", "no", "false"):
+        return None
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        shm = os.stat(DIRECTORY)
+        pidns = os.stat("/proc/self/ns/pid").st_ino
+        if not os.access(DIRECTORY, os.W_OK | os.X_OK):
+            return None
+    except OSError:
+        return None
+    return f"{boot}:{shm.st_dev}:{shm.st_ino}:{pidns}".encode()
+
+
+def host_token() -> bytes | None:
+    """What identifies this host's shared memory (None: not usable here)."""
+    global _token, _token_known
+    if not _token_known:
+        with _lock:
+            if not _token_known:
+                _token = _compute_token()
+                _token_known = True
+    return _token
+
+
+def set_host_token(token: bytes | None) -> None:
+    """Pretend to be on another host (``token``) or turn shared memory off (None);
+    for tests of the fallback path."""
+    global _token, _token_known
+    with _lock:
+        _token, _token_known = token, True
+
+
+def _pidns() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+def layout(sizes: Sequence[int]) -> tuple[list[int], int]:
+    """Offsets of buffers of ``sizes`` in one segment (after its header), and its
+    total size."""
+    offsets, end = [], HEADER
+    for size in sizes:
+        end = -(-end // ALIGN) * ALIGN
+        offsets.append(end)
+        end += size
+    return offsets, end
+
+
+def _path(name: str) -> str:
+    return os.path.join(DIRECTORY, name)
+
+
+def _new_name(owner_pid: int) -> str:
+    return f"fiber-{_pidns()}-{owner_pid}-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+class _Slot:
+    """A pooled segment of this (sending) process, mapped here."""
+
+    __slots__ = ("name", "fd", "map", "size")
+
+    def __init__(self, name: str, fd: int, size: int) -> None:
+        self.name, self.fd, self.size = name, fd, 0
+        self.map: mmap.mmap | None = None
+        self.grow(size)
+
+    def grow(self, size: int) -> None:
+        if size <= self.size:
+            return
+        if self.map is not None:
+            self.map.close()
+            self.map = None
+        os.posix_fallocate(self.fd, 0, size)  # ENOSPC now rather than SIGBUS later
+        self.map = mmap.mmap(self.fd, size, mmap.MAP_SHARED,
+                             mmap.PROT_READ | mmap.PROT_WRITE)
+        self.size = size
+
+    def take(self) -> bool:
+        """Lock the segment for writing if no message is in it and nobody maps it."""
+        if self.map[0] != FREE:
+            return False
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def fill(self, buffers: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        for buf, offset in zip(buffers, offsets, strict=True):
+            self.map[offset:offset + buf.nbytes] = buf
+        self.map[1] = POOLED
+        self.map[0] = IN_FLIGHT
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        if self.map is not None:
+            self.map.close()
+        os.close(self.fd)
+
+
+_pools: dict[int, list[_Slot]] = {}
+_pool_bytes = 0
+_pool_lock = threading.Lock()
+
+
+def _as_bytes(buf: memoryview) -> memoryview:
+    return buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+
+
+def write(owner_pid: int, buffers: Sequence[memoryview]) -> tuple[str, list[int]] | None:
+    """Put ``buffers`` into a segment for a mailbox of process ``owner_pid``; the
+    segment's name and the buffers' offsets, or None when shared memory cannot take
+    them (full, missing), in which case the caller sends bytes."""
+    global _used
+    _used = True
+    _maybe_sweep()
+    buffers = [_as_bytes(b) for b in buffers]
+    offsets, total = layout([b.nbytes for b in buffers])
+    if total <= POOL_MAX_SEGMENT:
+        try:
+            name = _write_pooled(owner_pid, buffers, offsets, total)
+        except OSError as exc:
+            logger.debug("cannot use a pooled segment for %d bytes: %s", total, exc)
+            name = None
+        if name is not None:
+            return name, offsets
+    name = _write_one_off(owner_pid, buffers, offsets, total)
+    return None if name is None else (name, offsets)
+
+
+def _write_pooled(owner_pid: int, buffers: Sequence[memoryview], offsets: Sequence[int],
+                  total: int) -> str | None:
+    global _pool_bytes
+    with _pool_lock:
+        pool = _pools.setdefault(owner_pid, [])
+        for slot in sorted(pool, key=lambda s: (s.size < total, s.size)):
+            if slot.take():
+                break
+        else:
+            if len(pool) >= POOL_SLOTS or _pool_bytes + total > POOL_MAX_BYTES:
+                return None
+            name = _new_name(owner_pid)
+            fd = os.open(_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC,
+                         0o600)
+            try:
+                slot = _Slot(name, fd, total)
+            except OSError:
+                os.close(fd)
+                unlink(name)
+                raise
+            pool.append(slot)
+            _pool_bytes += slot.size
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            before = slot.size
+            slot.grow(total)
+            _pool_bytes += slot.size - before
+            slot.fill(buffers, offsets)
+        except OSError:
+            fcntl.flock(slot.fd, fcntl.LOCK_UN)
+            raise
+        return slot.name
+
+
+def _write_one_off(owner_pid: int, buffers: Sequence[memoryview], offsets: Sequence[int],
+                   total: int) -> str | None:
+    name = _new_name(owner_pid)
+    try:
+        fd = os.open(_path(name), os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        logger.debug("cannot create %s: %s", name, exc)
+        return None
+    try:
+        os.ftruncate(fd, total)
+        os.pwrite(fd, bytes([IN_FLIGHT, ONE_OFF]), 0)
+        for view, offset in zip(buffers, offsets, strict=True):
+            done = 0
+            while done < view.nbytes:
+                done += os.pwrite(fd, view[done:], offset + done)
+    except OSError as exc:  # e.g. ENOSPC: /dev/shm is small in containers
+        logger.debug("cannot write %d bytes to %s: %s", total, name, exc)
+        unlink(name)
+        return None
+    finally:
+        os.close(fd)
+    return name
+
+
+def _sender_gone(name: str) -> bool:
+    match = _NAME.match(name)
+    return bool(match) and not _alive(int(match.group(3)))
+
+
+def _release(fd: int, name: str) -> None:
+    """The receiver's arrays of a pooled segment are gone."""
+    os.close(fd)  # drops the shared lock: the sender may reuse it
+    if _sender_gone(name):
+        unlink(name)
+
+
+def attach(name: str, size: int) -> mmap.mmap:
+    """Map the ``size`` bytes of segment ``name`` of a received message: a one-off
+    segment is unlinked at once, a pooled one is locked and marked taken until the
+    mapping is garbage collected."""
+    global _used
+    _used = True
+    if not _NAME.match(name):
+        raise SegmentError(f"not a fiber shared-memory segment name: {name!r}")
+    try:
+        fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SegmentError(
+            f"cannot open the shared-memory segment {_path(name)} of a received message: "
+            f"{exc}. Its mailbox's process may have exited, or this process does not "
+            "share /dev/shm with the sender (set _FIBER_SHM=0 on both sides to send bytes)"
+        ) from None
+    try:
+        if os.pread(fd, 2, 0)[1:2] != bytes([POOLED]):
+            unlink(name)
+            try:
+                return mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            finally:
+                os.close(fd)
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        mapping = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        mapping[0] = FREE  # taken: the sender waits for our lock to go
+    except BaseException:
+        os.close(fd)
+        raise
+    weakref.finalize(mapping, _release, fd, name)
+    return mapping
+
+
+def drop(name: str) -> None:
+    """A message in segment ``name`` will never be received."""
+    if not _NAME.match(name):
+        return
+    try:
+        fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        pooled = os.pread(fd, 2, 0)[1:2] == bytes([POOLED])
+        if pooled and not _sender_gone(name):
+            os.pwrite(fd, bytes([FREE]), 0)  # the sender may reuse it
+            return
+    finally:
+        os.close(fd)
+    unlink(name)
+
+
+def unlink(name: str) -> None:
+    """Remove segment ``name`` (nothing if it is gone already)."""
+    if not _NAME.match(name):
+        return
+    try:
+        os.unlink(os.path.join(DIRECTORY, name))
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        logger.warning("cannot remove shared-memory segment %s: %s", name, exc)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` (of this pid namespace) runs; a zombie does not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            state = f.read().rpartition(b")")[2][1:2]
+        return state not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep() -> int:
+    """Remove the segments (of this pid namespace) that nobody can use any more: a
+    one-off message of a mailbox whose process is gone; a pooled segment of a sender
+    that is gone, when it is free and unmapped or its message's mailbox is gone too.
+    Returns how many."""
+    global _last_sweep
+    _last_sweep = time.monotonic()
+    try:
+        names = os.listdir(DIRECTORY)
+        pidns = str(_pidns())
+    except OSError:
+        return 0
+    removed = 0
+    for name in names:
+        match = _NAME.match(name)
+        if not match or match.group(1) != pidns:
+            continue
+        owner, sender = int(match.group(2)), int(match.group(3))
+        if sender == os.getpid() or (_alive(owner) and _alive(sender)):
+            continue
+        try:
+            fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            header = os.pread(fd, 2, 0)
+            if header[1:2] != bytes([POOLED]):
+                gone = not _alive(owner)
+            elif _alive(sender):
+                gone = False
+            elif header[:1] == bytes([FREE]):
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    gone = True
+                except BlockingIOError:
+                    gone = False  # a receiver still maps it: it unlinks it when done
+            else:
+                gone = not _alive(owner)
+            if gone:
+                unlink(name)
+                removed += 1
+        finally:
+            os.close(fd)
+    if removed:
+        logger.debug("removed %d shared-memory segments of ended processes", removed)
+    return removed
+
+
+def close_pool() -> None:
+    """Unlink this process's pooled segments that are free (at exit); the others are
+    unlinked by their receivers or mailboxes once this process is gone."""
+    global _pool_bytes
+    with _pool_lock:
+        pools = list(_pools.values())
+        _pools.clear()
+        _pool_bytes = 0
+    for pool in pools:
+        for slot in pool:
+            if slot.take():
+                unlink(slot.name)
+            slot.close()
+
+
+def _maybe_sweep() -> None:
+    if time.monotonic() - _last_sweep > SWEEP_INTERVAL or not _last_sweep:
+        sweep()
+
+
+def segments(pid: int | None = None) -> list[str]:
+    """Names of the existing fiber segments of this pid namespace, or only those
+    sent to or by process ``pid`` (for tests)."""
+    pidns = str(_pidns())
+    try:
+        names = os.listdir(DIRECTORY)
+    except OSError:
+        return []
+    found = []
+    for name in names:
+        match = _NAME.match(name)
+        if match and match.group(1) == pidns and (
+                pid is None or str(pid) in (match.group(2), match.group(3))):
+            found.append(name)
+    return sorted(found)
+
+
+def _forget_pool_after_fork() -> None:
+    """A forked child must not write into its parent's segments (it shares their
+    locks): it starts a pool of its own."""
+    global _pool_bytes, _pool_lock
+    _pool_lock = threading.Lock()
+    for pool in _pools.values():
+        for slot in pool:
+            try:
+                slot.close()
+            except (OSError, BufferError):
+                pass
+    _pools.clear()
+    _pool_bytes = 0
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
+def _at_exit() -> None:
+    # Only the main process of a run gets here (fiber children leave by os._exit).
+    # Its mailboxes' segments are removed by their finalizers; the ones of children
+    # that are gone are removed here, once the children have been joined (which
+    # fiber.process's own exit handler, registered before this one, would do later).
+    if not _used:
+        return  # this process never saw a segment
+    try:
+        from fiber import process
+
+        if process._current_process is process._main_process:
+            process._exit_function()
+    except Exception:  # noqa: BLE001 - best effort at exit
+        logger.debug("joining children before the last sweep failed", exc_info=True)
+    for hook in list(exit_hooks):
+        try:
+            hook()
+        except Exception:  # noqa: BLE001
+            logger.debug("shared-memory exit hook failed", exc_info=True)
+    close_pool()
+    sweep()
+
+
+atexit.register(_at_exit)
