@@ -196,6 +196,7 @@ spawn kubelet "$BIN/kubelet" --kubeconfig="$STATE/node.kubeconfig" --hostname-ov
     --seccomp-profile-root="$STATE/kubelet/seccomp" \
     --resolv-conf=/etc/resolv.conf --cluster-domain=cluster.local \
     --register-node=true --node-status-update-frequency=2s --sync-frequency=5s \
+    --kube-api-qps=50 --kube-api-burst=100 --event-qps=0 \
     --authentication-token-webhook=false --anonymous-auth=true --authorization-mode=AlwaysAllow
 node_ready() {
     "${KUBECTL_CURL[@]}" "https://$NODE_IP:6443/api/v1/nodes/$NODE" \

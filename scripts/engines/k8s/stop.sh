@@ -27,7 +27,14 @@ recorded() {  # recorded NAME: the pid in pids/NAME if that process is still the
 }
 # every live process of the cluster (by cwd, command line or cgroup; see procs.py)
 survivors() { python3 "$HERE/procs.py" "$STATE" | cut -d' ' -f1; }
-alive() { kill -0 "$1" 2>/dev/null; }
+alive() {  # alive PID: running (a zombie is not)
+    local stat
+    stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+    stat=${stat##*) }
+    [[ "${stat:0:1}" != Z ]]
+}
+# seconds a server gets between SIGTERM and SIGKILL (FK8S_TERM_WAIT overrides; tests)
+wait_of() { echo "${FK8S_TERM_WAIT:-$1}"; }
 stop_pid() {  # stop_pid NAME SECONDS: SIGTERM the recorded process, SIGKILL after SECONDS
     local pid began=$SECONDS
     if pid=$(recorded "$1"); then
@@ -42,15 +49,15 @@ stop_pid() {  # stop_pid NAME SECONDS: SIGTERM the recorded process, SIGKILL aft
     fi
 }
 
-stop_pid kubelet 10
+stop_pid kubelet "$(wait_of 10)"
 if [[ -S "$STATE/docker.sock" ]] && recorded dockerd >/dev/null; then
     export DOCKER_HOST="unix://$STATE/docker.sock"
     ids=$(timeout 20 docker ps -aq 2>/dev/null)
     # shellcheck disable=SC2086
     [[ -n "$ids" ]] && timeout 60 docker rm -f $ids >/dev/null 2>&1
 fi
-stop_pid dockerd 20
-for name in controller-manager scheduler apiserver etcd; do stop_pid "$name" 10; done
+stop_pid dockerd "$(wait_of 20)"
+for name in controller-manager scheduler apiserver etcd; do stop_pid "$name" "$(wait_of 10)"; done
 
 # anything of ours still alive (containers whose dockerd failed, shims, a server that
 # was started but not recorded): SIGTERM, then SIGKILL
@@ -60,11 +67,13 @@ if [[ -n "$left" ]]; then
     python3 "$HERE/procs.py" "$STATE" >&2
     # shellcheck disable=SC2086
     kill -TERM $left 2>/dev/null
-    for _ in $(seq 50); do [[ -z "$(survivors)" ]] && break; sleep 0.1; done
-    left=$(survivors)
-    # shellcheck disable=SC2086
-    [[ -n "$left" ]] && kill -KILL $left 2>/dev/null
-    for _ in $(seq 50); do [[ -z "$(survivors)" ]] && break; sleep 0.1; done
+    for pid in $left; do
+        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+        alive "$pid" && kill -KILL "$pid" 2>/dev/null
+    done
+    for pid in $left; do
+        for _ in $(seq 50); do alive "$pid" || break; sleep 0.1; done
+    done
 fi
 left=$(survivors)
 
