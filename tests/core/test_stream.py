@@ -149,7 +149,7 @@ def test_rogue_stream_clients_are_rejected(hub, tmp_path):
     marker = tmp_path / "pwned"
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
-    host, port = stream._split(hub.stream_address)
+    host, port, _ = stream._split(hub.stream_address)
     # a raw pickle without the handshake
     body = b"M" + struct.pack("<Q", cid) + pickle.dumps(_Exploit(str(marker)))
     with socket.create_connection((host, port), timeout=10) as rogue:
@@ -179,6 +179,26 @@ def test_rogue_stream_clients_are_rejected(hub, tmp_path):
     client = stream.StreamClient(hub.stream_address)
     assert client.request(cid, b"ok") == b"ok"
     client.close()
+
+
+def test_local_socket_on_this_host_and_tcp_without_it(hub):
+    ch = _Channel()
+    cid = hub.add_channel(ch, stream=True)
+    address = hub.stream_address
+    assert "?local=" in address  # Linux: an abstract Unix socket beside TCP
+    local = stream.StreamClient(address)
+    tcp = stream.StreamClient(address.partition("?")[0])
+    gone_name = address.partition("?local=")[0] + "?local=fiber-stream-nobody-here"
+    fallback = stream.StreamClient(gone_name)  # no such local socket: TCP
+    try:
+        assert local._sock.family == socket.AF_UNIX
+        assert tcp._sock.family == socket.AF_INET
+        assert fallback._sock.family == socket.AF_INET
+        for client in (local, tcp, fallback):
+            assert client.request(cid, b"ping") == b"ping"
+    finally:
+        for client in (local, tcp, fallback):
+            client.close()
 
 
 def test_unreachable_stream_address():

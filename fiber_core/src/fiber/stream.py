@@ -30,6 +30,7 @@ import os
 import selectors
 import socket
 import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,17 +47,36 @@ logger = logging.getLogger("fiber")
 SCHEME = "stream://"
 _FRAME = struct.Struct("<QI")  # body length, line
 _HANDSHAKE_MAX = 1024
-_READ_SIZE = 256 * 1024
+_READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
 _BIG = 1 << 20  # frames from this size are read straight into their own buffer
 # peer numbers of stream connections start here, far above nng's 31-bit pipe ids
 _peer_ids = itertools.count(1 << 40)
 
 
-def _split(address: str) -> tuple[str, int]:
+def _split(address: str) -> tuple[str, int, str | None]:
+    """``stream://HOST:PORT[?local=NAME]`` -> host, port, local socket name."""
     if not address.startswith(SCHEME):
         raise ValueError(f"not a stream address: {address!r}")
-    host, _, port = address[len(SCHEME):].rpartition(":")
-    return host.strip("[]"), int(port)
+    rest, _, query = address[len(SCHEME):].partition("?")
+    host, _, port = rest.rpartition(":")
+    local = query[len("local="):] if query.startswith("local=") else None
+    return host.strip("[]"), int(port), local or None
+
+
+def _connect(host: str, port: int, local: str | None, timeout: float) -> socket.socket:
+    """The listener's local (Unix, abstract) socket when this process shares its host
+    and network namespace, else TCP."""
+    if local and hasattr(socket, "AF_UNIX"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect("\0" + local)
+            return sock
+        except OSError:
+            sock.close()  # another host or namespace: TCP it is
+    sock = socket.create_connection((host, port), timeout=timeout)
+    _nodelay(sock)
+    return sock
 
 
 def _nodelay(sock: socket.socket) -> None:
@@ -118,6 +138,7 @@ class _Connection:
         self.peer = next(_peer_ids)
         self.closed = False
         self._inbuf = bytearray()
+        self._chunk = bytearray(_READ_SIZE)
         self._big: bytearray | None = None  # body of a big frame being read
         self._big_line = 0
         self._big_got = 0
@@ -143,13 +164,13 @@ class _Connection:
                     self._big = None
                 continue
             try:
-                chunk = self.sock.recv(_READ_SIZE)
+                got = self.sock.recv_into(self._chunk)
             except (BlockingIOError, InterruptedError):
                 return frames
-            if not chunk:
+            if not got:
                 raise ConnectionResetError("connection closed")
             buf = self._inbuf
-            buf += chunk
+            buf += memoryview(self._chunk)[:got]
             start = 0
             while len(buf) - start >= _FRAME.size:
                 size, line = _FRAME.unpack_from(buf, start)
@@ -166,7 +187,7 @@ class _Connection:
                     start = len(buf)
                 break
             del buf[:start]
-            if len(chunk) < _READ_SIZE and self._big is None:
+            if got < _READ_SIZE and self._big is None:
                 return frames
 
     # writing (any thread)
@@ -237,11 +258,23 @@ class StreamListener:
         port = self._sock.getsockname()[1]
         bracketed = f"[{host}]" if ":" in host else host
         self.address = f"{SCHEME}{bracketed}:{port}"
+        # processes on this host (same network namespace) connect to an abstract Unix
+        # socket instead: about half the system time of TCP over loopback per message
+        self._local: socket.socket | None = None
+        if sys.platform.startswith("linux"):
+            name = f"fiber-stream-{os.getpid()}-{os.urandom(8).hex()}"
+            self._local = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self._local.bind("\0" + name)
+            self._local.listen(512)
+            self._local.setblocking(False)
+            self.address += f"?local={name}"
         self._selector = selectors.DefaultSelector()
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
         self._selector.register(self._sock, selectors.EVENT_READ, None)
+        if self._local is not None:
+            self._selector.register(self._local, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._joining: list[_Connection] = []  # authenticated, to be registered
@@ -264,10 +297,10 @@ class StreamListener:
         self._wake()
 
     # -- accepting ----------------------------------------------------------------
-    def _accept(self) -> None:
+    def _accept(self, listening: socket.socket) -> None:
         while True:
             try:
-                sock, _ = self._sock.accept()
+                sock, _ = listening.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -326,8 +359,8 @@ class StreamListener:
                 raise
             for key, mask in events:
                 obj = key.fileobj
-                if obj is self._sock:
-                    self._accept()
+                if obj is self._sock or obj is self._local:
+                    self._accept(obj)
                 elif obj == self._wake_r:
                     self._drain_wake()
                 else:
@@ -385,10 +418,12 @@ class StreamListener:
         self._wake()
         for conn in list(self._conns):
             conn.close()
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        for sock in (self._sock, self._local):
+            try:
+                if sock is not None:
+                    sock.close()
+            except OSError:
+                pass
 
 
 # -- the connecting side --------------------------------------------------------------
@@ -404,21 +439,20 @@ class StreamClient:
         self._key = authkey or auth.get_authkey()
         self._on_lost = on_lost
         self.lost = False
-        host, port = _split(address)
+        host, port, local = _split(address)
         try:
-            self._sock = socket.create_connection((host, port),
-                                                  timeout=transport.CONNECT_TIMEOUT)
+            self._sock = _connect(host, port, local, transport.CONNECT_TIMEOUT)
         except OSError as exc:
             raise ConnectionLostError(
                 f"cannot connect to the fiber process at {address}: {exc} "
                 "(it has exited, or this host cannot reach that address; see the "
                 "listen_address setting)") from None
-        _nodelay(self._sock)
         self._send_lock = threading.Lock()
         self._cond = threading.Condition()
         self._replies: dict[int, collections.deque[bytes]] = {}
         self._reading = False
         self._rbuf = bytearray()
+        self._chunk = bytearray(_READ_SIZE)
         self._lines = itertools.count(1)
         self._handshake()
         self._sock.settimeout(None)
@@ -530,10 +564,10 @@ class StreamClient:
             if not ready:
                 raise TimeoutError
         while len(buf) < _FRAME.size:
-            chunk = self._sock.recv(_READ_SIZE)
-            if not chunk:
+            got = self._sock.recv_into(self._chunk)
+            if not got:
                 raise ConnectionResetError("connection closed")
-            buf += chunk
+            buf += memoryview(self._chunk)[:got]
         size, line = _FRAME.unpack_from(buf)
         end = _FRAME.size + size
         if len(buf) >= end:
