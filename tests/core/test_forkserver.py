@@ -49,7 +49,7 @@ def test_preload_plan(tmp_path):
     }
     names, sources = forkserver.preload_plan(modules)
     assert names == [("statistics", statistics.__file__)]
-    assert sorted(sources) == sorted([str(stale), str(nocache)])
+    assert sorted(sources) == sorted([("stale", str(stale)), ("nocache", str(nocache))])
 
 
 def test_cached_code_is_used_only_for_the_same_source(tmp_path):

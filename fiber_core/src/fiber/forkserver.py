@@ -16,8 +16,7 @@ the standard library modules the parent has imported (fork-safe, no third-party
 state shared between jobs). The protocol:
 
 * ``("preload", stdlib, sources)`` (first, see :func:`preload_plan`): import the
-  ``stdlib`` modules, compile the ``sources`` files; no answer.
-
+  ``stdlib`` modules, compile the files of the ``sources`` modules; no answer.
 * ``("spawn", key, env, cwd, log_path)`` forks a child in a new session that runs
   :func:`fiber.bootstrap.main` with exactly ``env``, in ``cwd``, its output in
   ``log_path``; answers ``("spawned", key, pid)`` or ``("failed", key, message)``.
@@ -159,9 +158,9 @@ def _stale_bytecode(source: str) -> bool:
 
 
 def preload_plan(modules: dict | None = None) -> tuple[list, list]:
-    """In the parent: the standard library modules it has imported ``[(name,
-    file)]`` and the source files of its other modules whose bytecode cache is
-    missing or older than the source ``[file]``."""
+    """In the parent: the standard library modules it has imported and its other
+    modules whose bytecode cache is missing or older than the source, both as
+    ``[(name, file)]``."""
     from importlib.machinery import SourceFileLoader
 
     stdlib = _stdlib_dir() + os.sep
@@ -175,7 +174,7 @@ def preload_plan(modules: dict | None = None) -> tuple[list, list]:
             if name.split(".")[0] not in _NOT_PRELOADED:
                 names.append((name, origin))
         elif isinstance(spec.loader, SourceFileLoader) and _stale_bytecode(origin):
-            sources.append(origin)
+            sources.append((name, origin))
     return names, sources
 
 
@@ -194,13 +193,16 @@ def _cached_source_to_code(original):
 
 def apply_preload(names: list, sources: list) -> None:
     """In the template: import ``names`` (each only if it resolves to the same file
-    as in the parent), compile ``sources`` for the jobs' imports to reuse."""
+    as in the parent), compile the files of ``sources`` not imported here for the
+    jobs' imports to reuse."""
     import importlib
     import importlib.util
     from importlib.machinery import SourceFileLoader
 
     total = 0
-    for path in sources:
+    for name, path in sources:
+        if name in sys.modules:
+            continue
         try:
             with open(path, "rb") as f:
                 data = f.read()

@@ -154,9 +154,8 @@ class LocalBackend(Backend):
         sig = signal.SIGKILL if force else signal.SIGTERM
         try:
             os.killpg(popen.pid, sig)
-        except ProcessLookupError:
-            pass
-        except PermissionError:
+        except (ProcessLookupError, PermissionError):
+            # no group (yet: a just-forked job makes its own session first thing)
             popen.send_signal(sig)
 
     def logs(self, job: Job) -> str:
