@@ -121,3 +121,38 @@ def test_jobs_run_their_modules_themselves(run_script, tmp_path, method):
     assert result.returncode == 0, result.stderr
     assert "first original" in result.stdout
     assert "second changed True True 2" in result.stdout
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_template_imports_stdlib_quietly_and_skips_denied(run_script, method):
+    """Modules with import side effects (``this`` prints the Zen of Python) are left
+    to the jobs, which run the main module's imports themselves: the output is the
+    same as with spawned jobs (once from the parent, once from the job). A deprecated
+    module the parent imported is not imported again, with its warning, by the
+    template."""
+    code = """
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import this  # noqa: F401 - prints on import
+            import imp  # noqa: F401 - deprecated: warns on import
+
+        import fiber
+
+        def job():
+            print("job ran")
+
+        if __name__ == "__main__":
+            p = fiber.Process(target=job)
+            p.start()
+            p.join()
+            print("exitcode", p.exitcode)
+    """
+    result = run_script(code, env={"FIBER_BACKEND": "local",
+                                   "FIBER_LOCAL_START_METHOD": method,
+                                   "PYTHONWARNINGS": "always"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("The Zen of Python") == 2
+    assert "job ran" in result.stdout
+    assert "exitcode 0" in result.stdout
+    assert "DeprecationWarning" not in result.stderr, result.stderr

@@ -37,6 +37,7 @@ import struct
 import sys
 import traceback
 import types
+import warnings
 
 import fiber.bootstrap  # noqa: F401 - pre-import what every job needs
 
@@ -215,15 +216,18 @@ def apply_preload(names: list, sources: list) -> None:
     if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
         SourceFileLoader.source_to_code = _cached_source_to_code(
             SourceFileLoader.source_to_code)
-    for name, origin in names:
-        if name in sys.modules:
-            continue
-        try:
-            spec = importlib.util.find_spec(name)
-            if spec is not None and spec.origin == origin:
-                importlib.import_module(name)
-        except Exception:  # noqa: BLE001 - the job imports it itself if it needs it
-            continue
+    with warnings.catch_warnings():
+        # a deprecated module warned in the parent already; not once more from here
+        warnings.simplefilter("ignore")
+        for name, origin in names:
+            if name in sys.modules:
+                continue
+            try:
+                spec = importlib.util.find_spec(name)
+                if spec is not None and spec.origin == origin:
+                    importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the job imports it itself if it needs it
+                continue
 
 
 def serve(fd: int) -> None:
