@@ -14,6 +14,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -27,24 +28,39 @@ def _log(message: str) -> None:
 
 
 def start() -> dict[str, str]:
+    """Start the cluster; meanwhile make the test image's tarball, and import it as soon
+    as the cluster's dockerd is up (start.sh says DOCKER_READY=...) while the node gets
+    Ready."""
     began = time.monotonic()
-    proc = subprocess.run(["bash", str(SCRIPTS / "start.sh")], stdout=subprocess.PIPE,
-                          text=True, stdin=subprocess.DEVNULL)
-    values = dict(line.split("=", 1) for line in proc.stdout.splitlines() if "=" in line)
-    if "STATE" in values:
-        _state.update(values)
-    if proc.returncode != 0:
+    image = _ImageImport()
+    image.start()
+    proc = subprocess.Popen(["bash", str(SCRIPTS / "start.sh")], stdout=subprocess.PIPE,
+                            text=True, stdin=subprocess.DEVNULL)
+    values: dict[str, str] = {}
+    for line in proc.stdout:
+        if "=" in line:
+            key, value = line.rstrip("\n").split("=", 1)
+            values[key] = value
+            if key == "STATE":
+                _state["STATE"] = value
+            elif key == "DOCKER_READY":
+                image.docker_ready(value)
+    returncode = proc.wait()
+    _state.update(values)
+    if returncode != 0:
+        image.docker_ready(None)
+        image.join()
         stop()
         raise RuntimeError("scripts/engines/k8s/start.sh failed (see its output above)")
     _log(f"cluster up in {time.monotonic() - began:.1f}s (state {values['STATE']})")
-    try:
-        image = _import_image(values["DOCKER_HOST"])
-    except BaseException:
+    image.docker_ready(values["DOCKER_HOST"])  # (if start.sh did not say it before)
+    image.join()
+    if image.error is not None:
         stop()
-        raise
+        raise image.error
     _log(f"cluster and image ready in {time.monotonic() - began:.1f}s")
     return {
-        "FIBER_IMAGE": image,
+        "FIBER_IMAGE": image.tag,
         "FIBER_KUBERNETES_KUBECONFIG": values["KUBECONFIG"],
         "FIBER_KUBERNETES_NAMESPACE": "default",
         "FIBER_KUBERNETES_LISTEN_ADDRESS": values["HOST_IP"],
@@ -61,19 +77,43 @@ def start() -> dict[str, str]:
     }
 
 
-def _import_image(docker_host: str) -> str:
-    """Import the test image (this Python + the test venv) into the cluster's dockerd."""
-    began = time.monotonic()
-    tarball = subprocess.run(
-        [sys.executable, str(SCRIPTS / "image.py"), "--skip", str(ROOT)],
-        check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
-    tag = f"fiber-k8s/python:{Path(tarball).stem}"
-    env = {**os.environ, "DOCKER_HOST": docker_host}
-    with open(tarball, "rb") as data:
-        subprocess.run(["docker", "import", "-", tag], stdin=data, env=env, check=True,
-                       stdout=subprocess.DEVNULL)
-    _log(f"image {tag} imported in {time.monotonic() - began:.1f}s")
-    return tag
+class _ImageImport(threading.Thread):
+    """Make the test image's tarball (this Python + the test venv; image.py caches it),
+    then ``docker import`` it into the cluster's dockerd once that is up."""
+
+    def __init__(self) -> None:
+        super().__init__(name="fk8s-image", daemon=True)
+        self.tag = ""
+        self.error: BaseException | None = None
+        self._docker_host: str | None = None
+        self._ready = threading.Event()
+
+    def docker_ready(self, docker_host: str | None) -> None:
+        """The cluster's dockerd is up at ``docker_host`` (None: it never will be)."""
+        if not self._ready.is_set():
+            self._docker_host = docker_host
+            self._ready.set()
+
+    def run(self) -> None:
+        try:
+            began = time.monotonic()
+            tarball = subprocess.run(
+                [sys.executable, str(SCRIPTS / "image.py"), "--skip", str(ROOT)],
+                check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+            _log(f"image tarball {tarball} ready in {time.monotonic() - began:.1f}s")
+            self._ready.wait()
+            if self._docker_host is None:
+                return
+            began = time.monotonic()
+            tag = f"fiber-k8s/python:{Path(tarball).stem}"
+            env = {**os.environ, "DOCKER_HOST": self._docker_host}
+            with open(tarball, "rb") as data:
+                subprocess.run(["docker", "import", "-", tag], stdin=data, env=env,
+                               check=True, stdout=subprocess.DEVNULL)
+            self.tag = tag
+            _log(f"image {tag} imported in {time.monotonic() - began:.1f}s")
+        except BaseException as exc:  # noqa: BLE001 -- reported by start()
+            self.error = exc
 
 
 def _procs_module():
@@ -101,7 +141,7 @@ def leftovers(state: str, cluster_id: str, recorded: dict[str, tuple[int, str]],
     procs = _procs_module()
     found = []
     for name, (pid, since) in recorded.items():
-        if procs.start_time(pid) == since:
+        if procs.running(pid, since):
             found.append(f"{name} (pid {pid})")
     exclude = procs.ancestors(os.getpid())
     found += [f"pid {pid}: {command}"

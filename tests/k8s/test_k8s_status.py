@@ -87,7 +87,7 @@ def test_image_that_cannot_be_pulled(make_backend):
     (ErrImagePull / ImagePullBackOff) and after kubernetes_pull_timeout the job fails
     with that reason."""
     backend = make_backend(kubernetes_image_pull_policy="IfNotPresent",
-                           kubernetes_pull_timeout=8.0)
+                           kubernetes_pull_timeout=4.0)
     job = backend.create_job(spec("print(1)", image="127.0.0.1:1/fiber/missing:1"))
     try:
         pending = wait_state(backend, job, lambda s: s.reason is not None
@@ -96,7 +96,7 @@ def test_image_that_cannot_be_pulled(make_backend):
         status = backend.wait(job, 60)
         assert status is not None and status.state is JobState.FAILED
         assert "127.0.0.1:1/fiber/missing:1" in status.reason or "Image" in status.reason
-        assert "not pulled within 8s" in status.reason
+        assert "not pulled within 4s" in status.reason
     finally:
         backend.release(job)
 
@@ -108,6 +108,35 @@ def test_image_never_pulled_fails_at_once(make_backend):
         status = backend.wait(job, 60)
         assert status is not None and status.state is JobState.FAILED
         assert status.reason.startswith("ErrImageNeverPull")
+    finally:
+        backend.release(job)
+
+
+def test_terminate_before_the_container_starts_ends_the_job_at_once(make_backend, admin_api):
+    """terminate() of a pod still being created deletes it without a grace period: the
+    job is cancelled (-SIGTERM, as multiprocessing reports terminate()) within seconds
+    and its pod is gone from the API (the 1.20 kubelet can otherwise keep a pod deleted
+    mid-creation for minutes)."""
+    from kubernetes.client.rest import ApiException
+
+    backend = make_backend()
+    job = backend.create_job(spec("import time; time.sleep(300)"))
+    try:
+        began = time.monotonic()
+        backend.terminate(job)
+        status = backend.wait(job, 30)
+        assert status is not None and status.state is JobState.CANCELLED
+        assert status.exitcode == -15
+        assert time.monotonic() - began < 15
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                admin_api.read_namespaced_pod(job.id, "default")
+            except ApiException as exc:
+                assert exc.status == 404
+                break
+            assert time.monotonic() < deadline, f"pod {job.id} still exists"
+            time.sleep(0.2)
     finally:
         backend.release(job)
 

@@ -18,7 +18,7 @@ from fiber_k8s.manifest import INSTANCE_LABEL, pod_manifest
 from fiber_k8s.plugin import OPTIONS
 from fiber_k8s.resources import parse_extra_resources, pod_resources
 from fiber_k8s.settings import parse_host_paths, parse_tolerations, parse_volumes
-from fiber_k8s.status import exitcode_from_container, pod_status
+from fiber_k8s.status import container_started, exitcode_from_container, pod_status
 
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -132,6 +132,18 @@ def test_status_mapping():
         {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
          "message": "0/1 nodes are available"}]), None, 0, 60)
     assert unsched.reason.startswith("Unschedulable")
+
+
+def test_container_started():
+    """A pod whose container waits (being created, image pulls) has not started; one
+    whose container runs or ran has (terminate() deletes only the former at once)."""
+    assert not container_started({"status": {"phase": "Pending"}})
+    assert not container_started(_pod("Pending", waiting="ContainerCreating"))
+    assert not container_started(_pod("Pending", waiting="ErrImagePull"))
+    running = _pod("Running")
+    running["status"]["container_statuses"][0]["state"] = {"running": {"started_at": "t"}}
+    assert container_started(running)
+    assert container_started(_pod("Failed", terminated={"exit_code": 1}))
 
 
 @pytest.mark.parametrize("name, text", [

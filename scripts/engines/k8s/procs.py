@@ -42,6 +42,15 @@ def start_time(pid: int) -> str | None:
         return None
 
 
+def running(pid: int, since: str) -> bool:
+    """Whether the process ``pid`` that started at ``since`` still runs (not a zombie)."""
+    try:
+        fields = _stat_fields(pid)
+    except OSError:
+        return False
+    return fields[19] == since and fields[0] != "Z"
+
+
 def cluster_processes(state: str, cluster_id: str, exclude: set[int] = frozenset(),
                       ) -> list[tuple[int, str]]:
     """(pid, command line) of every live process of the cluster in ``state``."""

@@ -177,6 +177,7 @@ spawn dockerd dockerd --bridge=none --iptables=false --ip-masq=false --ip-forwar
     --default-runtime fk8s --cgroup-parent "fk8s-$ID" --log-driver json-file
 export DOCKER_HOST="unix://$STATE/docker.sock"
 wait_for 60 dockerd docker version
+echo "DOCKER_READY=$DOCKER_HOST"  # the engine imports its test image meanwhile
 tar -C "$BIN" -cf - pause | docker import -c 'ENTRYPOINT ["/pause"]' - fiber-k8s/pause:3.2 >/dev/null
 
 # -- kubelet -------------------------------------------------------------------------
