@@ -126,3 +126,27 @@ def test_stop_refuses_a_directory_that_is_no_cluster(tmp_path):
                           stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     assert proc.returncode == 1
     assert "is not a cluster state dir" in proc.stderr
+
+
+def test_leftover_check_sees_the_whole_running_cluster(k8s_engine):
+    """On the session's real cluster: every server start.sh recorded is its own live
+    process and the leftover check (the one stop() runs) finds them all, with dockerd's
+    containerd, so an empty check at the end of the session means something."""
+    state = k8s_engine["FK8S_TEST_STATE"]
+    cluster_id = Path(state, "id").read_text().strip()
+    engine = _engine()
+    recorded = engine._recorded(state)
+    assert set(recorded) == {"etcd", "apiserver", "scheduler", "controller-manager",
+                             "dockerd", "kubelet"}
+    binaries = {"etcd": "etcd", "apiserver": "kube-apiserver", "scheduler": "kube-scheduler",
+                "controller-manager": "kube-controller-manager", "dockerd": "dockerd",
+                "kubelet": "kubelet"}
+    for name, (pid, _since) in recorded.items():
+        command = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0].decode()
+        assert Path(command).name == binaries[name], f"{name}: pid {pid} runs {command}"
+        assert state in Path(f"/proc/{pid}/cmdline").read_text()
+    left = engine.leftovers(state, cluster_id, recorded)
+    for name, (pid, _since) in recorded.items():
+        assert f"{name} (pid {pid})" in left
+        assert any(item.startswith(f"pid {pid}: ") for item in left)
+    assert any("containerd --config" in item for item in left), left
