@@ -5,8 +5,8 @@ strict alternation, so that while it runs one batch of tasks the next batch is a
 on its way. Each request names its line and carries the results of the batch that line
 brought; the master mirrors the alternation, so it always knows which batch is running
 (the nng wire does not promise that two lines' requests arrive in the order they were
-sent; the stream wire the pool uses does, and the mirror costs nothing). A ``STOP`` answer retires a line; the worker exits when both are retired (pool closed,
-shrunk, or ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were
+sent; the stream wire the pool uses does, and the mirror costs nothing). A ``STOP``
+answer retires a line; the worker exits when both are retired (pool closed, shrunk, or ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were
 running when a worker died) comes flagged: the worker confirms on a third line that it
 starts it, so that only a real start counts as an attempt.
 """
