@@ -6,9 +6,10 @@ on its way. Each request names its line and carries the results of the batch tha
 brought; the master mirrors the alternation, so it always knows which batch is running
 (the nng wire does not promise that two lines' requests arrive in the order they were
 sent; the stream wire the pool uses does, and the mirror costs nothing). A ``STOP``
-answer retires a line; the worker exits when both are retired (pool closed, shrunk, or ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were
-running when a worker died) comes flagged: the worker confirms on a third line that it
-starts it, so that only a real start counts as an attempt.
+answer retires a line; the worker exits when both are retired (pool closed, shrunk, or
+``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were running when a
+worker died) comes flagged: the worker confirms on a third line that it starts it, so
+that only a real start counts as an attempt.
 """
 
 from __future__ import annotations
