@@ -183,6 +183,7 @@ class Pool:
         self._processes: list[Process] = []  # every worker started, until joined
         self._by_peer: dict[int, _Worker] = {}
         self._target = processes
+        self._starting = 0  # workers asked for that have not connected yet
         self._task_ids = itertools.count()
         self._worker_ids = itertools.count(1)
         self._func_ids = itertools.count()
@@ -284,6 +285,7 @@ class Pool:
         new = [_Worker(next(self._worker_ids)) for _ in range(need)]
         for w in new:
             self._workers[w.id] = w
+        self._starting += len(new)
         return new
 
     def _start_worker(self, w: _Worker) -> None:
@@ -296,7 +298,9 @@ class Pool:
             logger.error("cannot start a pool worker: %s", exc)
             self._break(exc)
             with self._lock:
-                w.alive = False
+                if w.alive:
+                    w.alive = False
+                    self._starting -= 1
                 self._workers.pop(w.id, None)
             return
         w.process = process
@@ -344,6 +348,8 @@ class Pool:
             if not w.alive:
                 return
             w.alive = False
+            if not w.connected:
+                self._starting -= 1
             self._workers.pop(w.id, None)
             if w.peer is not None:
                 self._by_peer.pop(w.peer, None)
@@ -431,6 +437,7 @@ class Pool:
             if op == READY:
                 if not w.connected:
                     w.connected = True
+                    self._starting -= 1
                     w.peer = request.peer
                     self._by_peer[request.peer] = w
                     self._start_failures = 0
@@ -477,7 +484,8 @@ class Pool:
             return
         while self._queue:
             line = w.free_line()
-            if line is None or not self._send_batch(w, line):
+            if line is None or (w.busy and not self._may_prefetch()) \
+                    or not self._send_batch(w, line):
                 break
         if self._state != RUN and not self._unfinished():
             self._stop_lines(w)  # also a line that arrived after the others were stopped
@@ -563,9 +571,17 @@ class Pool:
                 w.listed = True
                 (self._spare if w.busy else self._idle).append(w)
 
+    def _may_prefetch(self) -> bool:
+        """Whether a busy worker may take a batch in advance: only when the queue holds
+        more than the workers still starting will take (so the first workers up do not
+        take the first tasks of the others)."""
+        return len(self._queue) > self._starting
+
     def _next_worker(self) -> _Worker | None:
         """A worker with a line to answer: one with nothing to do, else a busy one."""
         for listing in (self._idle, self._spare):
+            if listing is self._spare and not self._may_prefetch():
+                return None
             while listing:
                 w = listing.popleft()
                 w.listed = False
