@@ -16,6 +16,7 @@ a pickled exception, ``GONE`` when the channel no longer exists).
 
 from __future__ import annotations
 
+import collections
 import heapq
 import itertools
 import logging
@@ -156,6 +157,8 @@ class Hub:
         self._lock = threading.Lock()
         self._peers: dict[int, bytes | bool] = {}  # pipe id -> nonce sent, or True
         self._pipes: dict[int, pynng.Pipe] = {}
+        # authenticated connections that went away (their last messages may still come)
+        self._departed: collections.OrderedDict[int, None] = collections.OrderedDict()
         self.timers = _Timers()
         self._sock = pynng.Rep0(recv_max_size=0)
         self._contexts: weakref.WeakSet = weakref.WeakSet()
@@ -212,6 +215,10 @@ class Hub:
         with self._lock:
             was = self._peers.pop(pipe.id, None)
             self._pipes.pop(pipe.id, None)
+            if was is True:
+                self._departed[pipe.id] = None
+                while len(self._departed) > 1024:
+                    self._departed.popitem(last=False)
         if was is True:
             self.peer_lost(pipe.id)
 
@@ -221,6 +228,8 @@ class Hub:
         threading.Thread(target=lambda: _quiet(pipe.close), daemon=True).start()
 
     def _authenticate(self, request: Request, pipe: pynng.Pipe, data: bytes) -> None:
+        if pipe.id in self._departed:
+            return  # sent just before its authenticated connection went away
         # the first message may arrive before the connect callback has run: None
         state = self._peers.get(pipe.id, False)
         if data[:2] == AUTH1 and state is False and len(data) == 2 + auth.NONCE_SIZE:
