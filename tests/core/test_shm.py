@@ -239,3 +239,32 @@ def test_shared_memory_turned_off(run_script):
     """, env={"_FIBER_SHM": "0"})
     assert out.returncode == 0, out.stderr
     assert "used False None" in out.stdout
+
+
+def owner_of_a_queue(back, go) -> None:
+    """Create a queue, hand it to the parent, end without reading it."""
+    mine = fiber.Queue()
+    back.put(mine)
+    go.get(timeout=60)
+
+
+@pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "one-off"])
+def test_items_sent_to_a_queue_of_a_child_that_ends_unread(monkeypatch, pooled):
+    if not pooled:
+        monkeypatch.setattr(shm, "POOL_SLOTS", 0)
+    back, go = fiber.Queue(), fiber.Queue()
+    p = fiber.Process(target=owner_of_a_queue, args=(back, go))
+    p.start()
+    theirs = back.get(timeout=60)
+    for i in range(2):
+        theirs.put(np.full(2 * MB, i, dtype=np.uint8))
+    assert any(f"-{p.pid}-{os.getpid()}-" in n for n in shm.segments(os.getpid()))
+    go.put(None)
+    p.join(60)
+    assert p.exitcode == 0
+    deadline = time.monotonic() + 30  # join may return a moment before the pid is gone
+    while shm._alive(p.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shm.close_pool(dead_owners_only=True)
+    shm.sweep()
+    assert not any(f"-{p.pid}-" in n for n in shm.segments(os.getpid()))

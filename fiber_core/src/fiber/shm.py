@@ -59,7 +59,7 @@ IN_FLIGHT, FREE = 1, 0
 POOLED, ONE_OFF = 1, 0
 POOL_SLOTS = 3  # pooled segments per destination process
 POOL_MAX_SEGMENT = 1 << 30  # bigger messages go one-off
-POOL_MAX_BYTES = 2 << 30  # pooled bytes per sending process
+POOL_MAX_BYTES = 1 << 30  # pooled bytes per sending process
 
 _lock = threading.Lock()
 _token: bytes | None = None
@@ -143,13 +143,11 @@ class _Slot:
     def grow(self, size: int) -> None:
         if size <= self.size:
             return
+        os.posix_fallocate(self.fd, 0, size)  # ENOSPC now rather than SIGBUS later
+        mapping = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
         if self.map is not None:
             self.map.close()
-            self.map = None
-        os.posix_fallocate(self.fd, 0, size)  # ENOSPC now rather than SIGBUS later
-        self.map = mmap.mmap(self.fd, size, mmap.MAP_SHARED,
-                             mmap.PROT_READ | mmap.PROT_WRITE)
-        self.size = size
+        self.map, self.size = mapping, size
 
     def take(self) -> bool:
         """Lock the segment for writing if no message is in it and nobody maps it."""
@@ -229,6 +227,9 @@ def _write_pooled(owner_pid: int, buffers: Sequence[memoryview], offsets: Sequen
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
             before = slot.size
+            if total > before and _pool_bytes + total - before > POOL_MAX_BYTES:
+                fcntl.flock(slot.fd, fcntl.LOCK_UN)
+                return None
             slot.grow(total)
             _pool_bytes += slot.size - before
             slot.fill(buffers, offsets)
@@ -374,7 +375,7 @@ def sweep() -> int:
         if not match or match.group(1) != pidns:
             continue
         owner, sender = int(match.group(2)), int(match.group(3))
-        if sender == os.getpid() or (_alive(owner) and _alive(sender)):
+        if _alive(owner) and _alive(sender):
             continue
         try:
             fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
@@ -384,8 +385,8 @@ def sweep() -> int:
             header = os.pread(fd, 2, 0)
             if header[1:2] != bytes([POOLED]):
                 gone = not _alive(owner)
-            elif _alive(sender):
-                gone = False
+            elif sender == os.getpid() or _alive(sender):
+                gone = False  # its sender's pool takes care of it
             elif header[:1] == bytes([FREE]):
                 try:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -404,23 +405,26 @@ def sweep() -> int:
     return removed
 
 
-def close_pool() -> None:
-    """Unlink this process's pooled segments that are free (at exit); the others are
-    unlinked by their receivers or mailboxes once this process is gone."""
+def close_pool(dead_owners_only: bool = False) -> None:
+    """Unlink this process's pooled segments (at exit), or those for mailboxes of
+    processes that are gone. A message still in flight to a live mailbox stays: its
+    receiver or mailbox unlinks it once this process is gone. (A receiver that maps a
+    segment keeps its pages when the name goes.)"""
     global _pool_bytes
     with _pool_lock:
-        pools = list(_pools.values())
-        _pools.clear()
-        _pool_bytes = 0
-    for pool in pools:
+        owners = [o for o in _pools if not dead_owners_only or not _alive(o)]
+        pools = {owner: _pools.pop(owner) for owner in owners}
+        _pool_bytes -= sum(slot.size for pool in pools.values() for slot in pool)
+    for owner, pool in pools.items():
         for slot in pool:
-            if slot.take():
+            if slot.map is None or slot.map[0] != IN_FLIGHT or not _alive(owner):
                 unlink(slot.name)
             slot.close()
 
 
 def _maybe_sweep() -> None:
     if time.monotonic() - _last_sweep > SWEEP_INTERVAL or not _last_sweep:
+        close_pool(dead_owners_only=True)
         sweep()
 
 
