@@ -43,25 +43,39 @@ def _repeats(nbytes: int, budget_bytes: int) -> int:
     return max(3, min(20, budget_bytes // max(nbytes, 1)))
 
 
-def memcpy(sizes_mb: list[int], budget_mb: int) -> dict:
+def _samples(once: Any, nbytes: int, budget_mb: int, max_seconds: float | None) -> list[float]:
+    """Durations of ``once()``: :func:`_repeats` of them, or fewer (at least 3) when
+    they have taken ``max_seconds`` (quick modes: slow transfers get 3 samples, fast
+    ones up to 20)."""
+    samples: list[float] = []
+    spent = 0.0
+    for _ in range(_repeats(nbytes, budget_mb * 2**20)):
+        if len(samples) >= 3 and max_seconds is not None and spent > max_seconds:
+            break
+        t0 = time.perf_counter()
+        once()
+        samples.append(time.perf_counter() - t0)
+        spent += samples[-1]
+    return samples
+
+
+def memcpy(sizes_mb: list[int], budget_mb: int, max_seconds: float | None = None) -> dict:
     """GB/s of ``numpy.copyto`` per array size."""
     out = {}
     for mb in sizes_mb:
         src = np.ones(mb * 2**20, dtype=np.uint8)
         dst = np.empty_like(src)
         np.copyto(dst, src)
-        samples = []
-        for _ in range(_repeats(src.nbytes, budget_mb * 2**20)):
-            t0 = time.perf_counter()
-            np.copyto(dst, src)
-            samples.append(time.perf_counter() - t0)
+        samples = _samples(lambda dst=dst, src=src: np.copyto(dst, src), src.nbytes, budget_mb,
+                           max_seconds)
         out[f"copy/{mb}MB"] = src.nbytes / statistics.median(samples) / 1e9
     return out
 
 
-def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
+def transfers(module: Any, sizes_mb: list[int], budget_mb: int,
+              max_seconds: float | None = None) -> dict:
     """GB/s of Pipe and Queue transfers per array size, using ``module``'s
-    Process/Pipe/Queue (multiprocessing or fiber)."""
+    Process/Pipe/Queue (multiprocessing or fiber); see :func:`_samples` for how many."""
     out: dict[str, float] = {}
     parent, child = module.Pipe()
     p = module.Process(target=pipe_echo, args=(child,))
@@ -73,13 +87,12 @@ def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
             arr = np.ones(mb * 2**20, dtype=np.uint8)
             parent.send(arr)  # warm-up
             parent.recv()
-            samples = []
-            for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
-                t0 = time.perf_counter()
+
+            def pipe_once(arr=arr) -> None:
                 parent.send(arr)
-                got = parent.recv()
-                samples.append(time.perf_counter() - t0)
-                assert got == arr.nbytes
+                assert parent.recv() == arr.nbytes
+
+            samples = _samples(pipe_once, arr.nbytes, budget_mb, max_seconds)
             out[f"pipe/{mb}MB"] = arr.nbytes / statistics.median(samples) / 1e9
         parent.send(None)
         p.join(60)
@@ -97,13 +110,12 @@ def transfers(module: Any, sizes_mb: list[int], budget_mb: int) -> dict:
             arr = np.ones(mb * 2**20, dtype=np.uint8)
             inbox.put(arr)  # warm-up
             outbox.get(timeout=300)
-            samples = []
-            for _ in range(_repeats(arr.nbytes, budget_mb * 2**20)):
-                t0 = time.perf_counter()
+
+            def queue_once(arr=arr) -> None:
                 inbox.put(arr)
-                got = outbox.get(timeout=300)
-                samples.append(time.perf_counter() - t0)
-                assert got == arr.nbytes
+                assert outbox.get(timeout=300) == arr.nbytes
+
+            samples = _samples(queue_once, arr.nbytes, budget_mb, max_seconds)
             out[f"queue/{mb}MB"] = arr.nbytes / statistics.median(samples) / 1e9
         inbox.put(None)
         p.join(60)

@@ -49,9 +49,17 @@ def _overhead(session: Any, cfg: dict, result: dict) -> dict:
 def run_pool(name: str, cfg: dict, result: dict) -> None:
     contender = by_name([name])[0]
     workers = cfg["workers"]
+    # Quick modes measure the cold start of a pool of `workers` on the pool the other
+    # benchmarks then use, instead of starting a second one (Ray, ipyparallel, Spark
+    # take 5-25 s to start).
+    reuse = cfg.get("cold_from_session", False) and workers in cfg["cold_sizes"]
     t0 = time.perf_counter()
     try:
-        session = contender.start(workers)
+        if reuse:
+            cold, session = measure.cold_start(contender.start, workers,
+                                               cfg["cold_timeout"], keep=True)
+        else:
+            session = contender.start(workers)
         session.map(measure.tasks.noop, list(range(workers * 4)), 1)
     except Exception as exc:  # noqa: BLE001
         result["errors"]["start"] = f"{type(exc).__name__}: {exc}"[:500]
@@ -65,8 +73,16 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
             session, cfg["throughput_seconds"], cfg["throughput_max"]))
         _record(result, "overhead", lambda: _overhead(session, cfg, result))
     finally:
+        t1 = time.perf_counter()
         session.close()
+        if reuse:
+            cold["close_seconds"] = time.perf_counter() - t1
+            result["metrics"][f"cold_start/{workers}"] = cold
     for n in cfg["cold_sizes"]:
+        if reuse and n == workers:
+            continue
+        if n > workers and cfg.get("rep", 0) >= cfg.get("big_cold_reps", cfg["reps"]):
+            continue  # quick modes: the big pools in the first repetitions only
         if contender.heavy and n > cfg["heavy_cap"]:
             result["errors"][f"cold_start/{n}"] = (
                 f"not run: {n} workers exceeds this mode's cap of {cfg['heavy_cap']} "
@@ -111,12 +127,13 @@ def run_ipc(name: str, cfg: dict, result: dict) -> None:
     from bench import bandwidth
 
     if name == "memcpy":
-        _record(result, "bandwidth", lambda: bandwidth.memcpy(cfg["bw_sizes"], cfg["bw_budget_mb"]))
+        _record(result, "bandwidth", lambda: bandwidth.memcpy(
+            cfg["bw_sizes"], cfg["bw_budget_mb"], cfg.get("bw_seconds")))
         return
     module = _module(name)
     if name != "mp-spawn":
         _record(result, "bandwidth", lambda: bandwidth.transfers(
-            module, cfg["bw_sizes"], cfg["bw_budget_mb"]))
+            module, cfg["bw_sizes"], cfg["bw_budget_mb"], cfg.get("bw_seconds")))
     _record(result, "process_start", lambda: measure.process_start(module, cfg["process_count"]))
 
 
