@@ -136,8 +136,8 @@ def _recorded(state: str) -> dict[str, tuple[int, str]]:
 def leftovers(state: str, cluster_id: str, recorded: dict[str, tuple[int, str]],
               netns: str | None = None) -> list[str]:
     """What of the cluster in ``state`` still exists: its recorded servers (same pid and
-    start time), any process of it (cwd, command line or cgroup in it: containers, shims,
-    containerd), its network namespace, its state dir."""
+    start time), any process of it (command line or cgroup in it: containers, shims,
+    containerd; see procs.py), its network namespace, its state dir."""
     procs = _procs_module()
     found = []
     for name, (pid, since) in recorded.items():

@@ -1,5 +1,5 @@
 """The test cluster's stop.sh ends every process it started, by recorded pid and start
-time, and then anything else of the cluster (by cwd, command line or cgroup), with
+time, and then anything else of the cluster (by command line or cgroup), with
 SIGKILL for what ignores SIGTERM; the engine's leftover check sees what is left.
 
 These tests FAKE the cluster's servers with ``sleep`` processes in a state dir of their
@@ -74,8 +74,8 @@ def fake_state():
 def test_stop_ends_recorded_servers_and_everything_else_of_the_cluster(fake_state):
     state, cluster_id, started = fake_state
     # "servers" recorded as start.sh records them ("PID STARTTIME"), one ignoring SIGTERM
-    servers = {"apiserver": "exec sleep 300",
-               "scheduler": "trap '' TERM; exec sleep 301"}
+    servers = {"apiserver": f"exec -a {state}/fake-apiserver sleep 300",
+               "scheduler": f"trap '' TERM; exec -a {state}/fake-scheduler sleep 301"}
     for name, script in servers.items():
         pid = _detached(state, script)
         since = _start_time(pid)
@@ -111,13 +111,13 @@ def test_stop_ends_recorded_servers_and_everything_else_of_the_cluster(fake_stat
 
 def test_leftover_check_names_a_live_process_of_the_cluster(fake_state):
     state, cluster_id, started = fake_state
-    pid = _detached(state, "exec sleep 303")
+    pid = _detached(state, f"exec -a {state}/fake-etcd sleep 303")
     since = _start_time(pid)
     started.append((pid, since))
     engine = _engine()
     left = engine.leftovers(str(state), cluster_id, {"etcd": (pid, since)})
     assert f"etcd (pid {pid})" in left
-    assert any(item.startswith(f"pid {pid}: sleep 303") for item in left)
+    assert f"pid {pid}: {state}/fake-etcd 303" in left
     assert f"state dir {state}" in left
 
 

@@ -1,10 +1,11 @@
 """The processes of one test cluster (started by start.sh), found in /proc.
 
-A process belongs to the cluster whose state dir is STATE (id ID) when its working
-directory is in STATE (start.sh starts every server from there; dockerd's containerd
-inherits it), its command line names a path in STATE (servers, containerd shims), or its
-cgroup is under the cluster's ``fk8s-ID`` parent (the pods' containers). Zombies are not
-counted (they run nothing; their parent reaps them).
+A process belongs to the cluster whose state dir is STATE (id ID) when it has no
+controlling terminal (start.sh detaches everything it starts) and either its command
+line names a path in STATE (every server, dockerd's containerd and the containerd shims)
+or its cgroup is under the cluster's ``fk8s-ID`` parent (the pods' containers). So a
+person's ``tail -f STATE/logs/...`` in a terminal is not taken for the cluster's. Zombies
+are not counted (they run nothing; their parent reaps them).
 
 Usage: procs.py STATE   -> one "PID COMMAND LINE" per line (not this script's callers)
 stop.sh uses it to find what is left; tests/engines/kubernetes.py to check that nothing is.
@@ -62,15 +63,11 @@ def cluster_processes(state: str, cluster_id: str, exclude: set[int] = frozenset
             continue
         pid = int(entry.name)
         try:
-            if _stat_fields(pid)[0] == "Z":
+            fields = _stat_fields(pid)
+            if fields[0] == "Z" or fields[4] != "0":  # a zombie; a terminal's process
                 continue
             args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            try:
-                cwd = os.readlink(f"/proc/{pid}/cwd")
-            except OSError:
-                cwd = ""
-            ours = (cwd == state or cwd.startswith(state + "/")
-                    or any(arg.decode(errors="replace").find(state + "/") >= 0 for arg in args)
+            ours = (any(arg.decode(errors="replace").find(state + "/") >= 0 for arg in args)
                     or cgroup in Path(f"/proc/{pid}/cgroup").read_bytes())
         except (OSError, IndexError):
             continue  # ended meanwhile

@@ -10,7 +10,7 @@ STATE="${STATE%/}"
 ID=$(cat "$STATE/id")
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
-cd /  # not in the state dir: processes whose cwd is in it are the cluster's
+cd /
 start_time() {  # start_time PID: the process's start time (field 22 of /proc/PID/stat)
     local stat
     stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
@@ -25,7 +25,7 @@ recorded() {  # recorded NAME: the pid in pids/NAME if that process is still the
     read -r pid since <"$file" || true
     [[ -n "$pid" && -n "$since" && "$(start_time "$pid")" == "$since" ]] && echo "$pid"
 }
-# every live process of the cluster (by cwd, command line or cgroup; see procs.py)
+# every live process of the cluster (by command line or cgroup; see procs.py)
 survivors() { python3 "$HERE/procs.py" "$STATE" | cut -d' ' -f1; }
 alive() {  # alive PID: running (a zombie is not)
     local stat
