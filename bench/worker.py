@@ -53,11 +53,16 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
     # benchmarks then use, instead of starting a second one (Ray, ipyparallel, Spark
     # take 5-25 s to start).
     reuse = cfg.get("cold_from_session", False) and workers in cfg["cold_sizes"]
+    cold = None
     t0 = time.perf_counter()
     try:
         if reuse:
-            cold, session = measure.cold_start(contender.start, workers,
-                                               cfg["cold_timeout"], keep=True)
+            try:
+                cold, session = measure.cold_start(contender.start, workers,
+                                                   cfg["cold_timeout"], keep=True)
+            except TimeoutError as exc:  # it started, but too slowly: a result
+                result["errors"][f"cold_start/{workers}"] = f"TimeoutError: {exc}"[:500]
+                session = contender.start(workers)
         else:
             session = contender.start(workers)
         session.map(measure.tasks.noop, list(range(workers * 4)), 1)
@@ -75,7 +80,7 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
     finally:
         t1 = time.perf_counter()
         session.close()
-        if reuse:
+        if cold is not None:
             cold["close_seconds"] = time.perf_counter() - t1
             result["metrics"][f"cold_start/{workers}"] = cold
     for n in cfg["cold_sizes"]:

@@ -59,3 +59,10 @@ def test_big_cold_start_only_in_the_first_repetitions(tmp_path):
     result = _worker(tmp_path, _config(rep=1))
     assert "cold_start/2" in result["metrics"] and "cold_start/3" not in result["metrics"]
     assert "cold_start/3" not in result["errors"]  # left out, not an error
+
+
+def test_a_cold_start_that_times_out_is_a_result_not_a_broken_contender(tmp_path):
+    result = _worker(tmp_path, dict(_config(rep=0), cold_timeout=0))
+    assert "TimeoutError" in result["errors"]["cold_start/2"]
+    assert "start" not in result["errors"]  # the other benchmarks ran on a new pool
+    assert result["metrics"]["latency"]["median_us"] > 0
