@@ -268,3 +268,15 @@ def test_items_sent_to_a_queue_of_a_child_that_ends_unread(monkeypatch, pooled):
     shm.close_pool(dead_owners_only=True)
     shm.sweep()
     assert not any(f"-{p.pid}-" in n for n in shm.segments(os.getpid()))
+
+
+def test_bytes_when_no_segment_can_be_made(monkeypatch, tmp_path):
+    """Fakes a /dev/shm that cannot take the segment (a missing directory stands for a
+    full or absent one): the message goes as bytes and arrives all the same."""
+    monkeypatch.setattr(shm, "DIRECTORY", str(tmp_path / "missing"))
+    arr = np.arange(2 * MB)
+    data = serialization.dumps(arr, lambda: os.getpid())
+    assert not serialization.is_shared(data)
+    q = fiber.Queue()
+    q.put(arr)
+    assert same(q.get(), arr)
