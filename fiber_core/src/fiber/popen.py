@@ -146,6 +146,8 @@ class JobPopen:
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
             raise
+        with _unreleased_lock:
+            _unreleased.add(self)
         self.host = self.job.host
         if self.job.id.isdigit():
             self.pid = int(self.job.id)
@@ -280,6 +282,15 @@ class JobPopen:
             self.backend.release(self.job)
         except Exception:  # noqa: BLE001
             logger.warning("releasing job %s failed", self.job.id, exc_info=True)
+        finally:
+            with _unreleased_lock:
+                _unreleased.discard(self)
+                _unreleased_lock.notify_all()
+
+    def _release_now(self) -> None:
+        """At exit, for a job whose final status has not come: end and free it now."""
+        self._force_end()
+        self._release()
 
     def write_output(self, stream: bytes, text: str) -> None:
         out = sys.stderr if stream == b"2" else sys.stdout
@@ -332,3 +343,25 @@ class JobPopen:
                     if fd >= 0:
                         os.close(fd)
                 self._sentinel = None
+
+
+# Jobs whose cluster resources (a container, a pod, a log file) are not freed yet: a
+# job is freed once the backend reports its final status, which may come after the
+# process was joined. At exit, fiber waits a little for those, then frees the rest.
+_unreleased: set[JobPopen] = set()
+_unreleased_lock = threading.Condition()
+RELEASE_AT_EXIT_TIMEOUT = 10.0
+
+
+def release_all(timeout: float = RELEASE_AT_EXIT_TIMEOUT) -> None:
+    """Wait up to ``timeout`` seconds for every job of this process to be freed by its
+    backend, then end and free those that are left (so an exiting program leaves no
+    container, pod or job behind)."""
+    deadline = time.monotonic() + timeout
+    with _unreleased_lock:
+        while _unreleased and time.monotonic() < deadline:
+            _unreleased_lock.wait(deadline - time.monotonic())
+        left = list(_unreleased)
+    for popen in left:
+        logger.debug("freeing job %s at exit (no final status yet)", popen.job.id)
+        popen._release_now()

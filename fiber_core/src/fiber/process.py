@@ -408,6 +408,9 @@ def _exit_function() -> None:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort
             pass
+    from fiber import popen
+
+    popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
 
 
 atexit.register(_main_exit)
