@@ -7,7 +7,6 @@ bytes) keyed by metric name; the orchestrator collects repetitions and takes med
 from __future__ import annotations
 
 import logging
-import os
 import resource
 import shutil
 import statistics
@@ -136,12 +135,14 @@ def cold_start(start: Callable[[int], Session], n: int, timeout: float,
         rounds = 0
         ok = False
         try:
-            seen: set[int] = set()
+            seen: dict[tuple[str, int], float] = {}  # (host, pid) -> first task's time
             while len(seen) < n:
                 if time.perf_counter() - t0 > timeout:
                     raise TimeoutError(f"only {len(seen)} of {n} workers ran a task "
                                        f"within {timeout:g} s")
-                seen.update(session.map(tasks.checkin, [(rendezvous, n, hold)] * n, 1))
+                for pid, host, stamp in session.map(tasks.checkin,
+                                                    [(rendezvous, n, hold)] * n, 1):
+                    seen.setdefault((host, pid), stamp)
                 rounds += 1
             ok = True
         finally:
@@ -149,8 +150,7 @@ def cold_start(start: Callable[[int], Session], n: int, timeout: float,
             if not (keep and ok):
                 session.close()
             down = time.perf_counter() - t1
-        stamps = [float(open(os.path.join(rendezvous, str(p))).read()) for p in seen]
-        out = {"seconds": max(stamps) - wall0, "rounds": rounds, "until_map_returned": t1 - t0}
+        out = {"seconds": max(seen.values()) - wall0, "rounds": rounds, "until_map_returned": t1 - t0}
         if keep:
             return out, session
         out["close_seconds"] = down
@@ -183,7 +183,8 @@ def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_pe
             if time.perf_counter() - t0 > start_timeout:
                 raise TimeoutError(f"only {len(set(pids))} of {n} workers started "
                                    f"within {start_timeout:g} s")
-            pids += session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1)
+            pids += [pid for pid, _, _ in
+                     session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1)]
         started = time.perf_counter() - t0
         count = n * tasks_per_worker
         cpu0 = _cpu_seconds()

@@ -305,20 +305,78 @@ def _scale(data: dict) -> list[str]:
     return out
 
 
+BACKEND_RUNS = Path(__file__).resolve().parent / "results" / "backends"
+
+
+def backend_runs(root: Path = BACKEND_RUNS) -> list[dict]:
+    """The latest results of ``python -m bench run --backend NAME --out
+    bench/results/backends/NAME`` for every backend measured so."""
+    import json
+
+    runs = []
+    for path in sorted(root.glob("*/latest.json")):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            logger.warning("cannot read %s: %s", path, exc)
+            continue
+        if isinstance(data, dict) and "summary" in data and "meta" in data:
+            runs.append(data)  # else a run that is still going or was cut short
+    return runs
+
+
+def _backend_summary(runs: list[dict]) -> list[str]:
+    """One row per backend run: fiber on that backend against local multiprocessing."""
+    rows = []
+    for d in runs:
+        f = _fiber_name(d)
+        ideal = d["meta"]["config"]["ideal"]
+
+        def over(name, key, d=d, ideal=ideal):
+            v = _get(d, "overhead", name, key)
+            return None if v is None else v / ideal
+
+        load = d["meta"]["machine"]["loadavg"][0]
+        rows.append([
+            f"`{d['meta']['fiber_backend']}`",
+            _fmt(_get(d, "process_start", f, "median_ms")),
+            _fmt(_get(d, "cold_start/5", f, "seconds")),
+            _fmt(_get(d, "latency", f, "median_us")),
+            _fmt(over(f, "map_cs1/10ms")) + " / " + _fmt(over(BASELINE, "map_cs1/10ms")),
+            _fmt(over(f, "map_cs1/1ms")) + " / " + _fmt(over(BASELINE, "map_cs1/1ms")),
+            _fmt(over(f, "rounds/1ms")) + " / " + _fmt(over(BASELINE, "rounds/1ms")),
+            f"{d['meta']['date']}, load {load:.1f}",
+        ])
+    if not rows:
+        return []
+    return ["Each backend measured on its own test engine (`python -m bench run --quick "
+            "--backend NAME --out bench/results/backends/NAME`; full tables in "
+            "`bench/results/backends/NAME/RESULTS.md`). Job start = `Process.start()` to the "
+            "exit being known; overhead cells are time/ideal for fiber on that backend / "
+            f"local `{BASELINE}` in the same run.", "",
+            *_table(["backend", "job start, ms", "cold start of 5, s", "round trip, us",
+                     "map cs=1 10ms", "map cs=1 1ms", "rounds 1ms", "measured"], rows), ""]
+
+
 def _backends(data: dict) -> list[str]:
     out = ["## 7. Backend plugins", ""]
     b = data["meta"]["fiber_backend"]
     installed = data["meta"].get("backends_installed", [])
-    if b != "local":
+    measured: set[str] = set()
+    if b == "local":
+        runs = backend_runs()
+        measured = {d["meta"]["fiber_backend"] for d in runs}
+        out += _backend_summary(runs)
+    else:
         out.append(f"This run used the `{b}` backend: the fiber rows above are fiber[{b}] "
                    "(Pool overhead, throughput, latency, cold start, process = job start).")
-    others = [x for x in installed if x not in ("local", b)]
+    others = [x for x in installed if x not in ("local", b) and x not in measured]
     if others:
-        out.append("Installed but not measured in this run (their engines were not running): "
+        out.append("Installed but not measured (their engines were not running): "
                    + ", ".join(f"`{x}`" for x in others) + ". Measure one with "
                    "`python -m bench run --quick --backend NAME` (starts and stops its test "
                    "engine through tests/engines/NAME.py).")
-    elif b == "local":
+    elif b == "local" and not measured:
         out.append("No backend plugin besides `local` was installed for this run.")
     return out
 

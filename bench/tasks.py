@@ -10,6 +10,7 @@ include importing it in each worker.
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 
@@ -35,26 +36,37 @@ def sleep_getpid(d: float) -> int:
     return os.getpid()
 
 
-def checkin(args: tuple[str, int, float]) -> int:
-    """Record this worker's first task at a file-system rendezvous, then hold a moment.
+_first_task: float | None = None  # wall-clock time of this process's first check-in
 
-    ``args`` is ``(directory, n, hold)``. The first task a process runs creates the
-    file ``<pid>`` holding the wall-clock time; then the task waits until ``n``
-    processes have checked in or ``hold`` seconds have passed (holding keeps a started
-    worker busy so the next tasks go to workers that have not run one yet; the bound
-    keeps pools that queue several tasks per worker from deadlocking). Returns the
-    process id.
+
+def checkin(args: tuple[str, int, float]) -> tuple[int, str, float]:
+    """Record this worker's first task, then hold a moment.
+
+    ``args`` is ``(directory, n, hold)``. Returns ``(pid, host name, wall-clock time of
+    this process's first check-in)``. When ``directory`` is visible to the worker (the
+    same file system), the first check-in also creates the file ``<pid>`` there, and the
+    task waits until ``n`` processes have checked in or ``hold`` seconds have passed
+    (holding keeps a started worker busy so the next tasks go to workers that have not
+    run one yet; the bound keeps pools that queue several tasks per worker from
+    deadlocking); elsewhere (a container without the directory) it holds ``hold``
+    seconds.
     """
+    global _first_task
     directory, n, hold = args
     pid = os.getpid()
-    path = os.path.join(directory, str(pid))
-    if not os.path.exists(path):
-        with open(path + ".tmp", "w") as f:
-            f.write(repr(time.time()))
-        os.replace(path + ".tmp", path)
+    if _first_task is None:
+        _first_task = time.time()
+    shared = os.path.isdir(directory)
+    if shared:
+        path = os.path.join(directory, str(pid))
+        if not os.path.exists(path):
+            with open(path + ".tmp", "w") as f:
+                f.write(repr(_first_task))
+            os.replace(path + ".tmp", path)
     deadline = time.monotonic() + hold
     while time.monotonic() < deadline:
-        if sum(1 for name in os.listdir(directory) if not name.endswith(".tmp")) >= n:
+        if shared and sum(1 for name in os.listdir(directory)
+                          if not name.endswith(".tmp")) >= n:
             break
         time.sleep(0.005)
-    return pid
+    return pid, socket.gethostname(), _first_task

@@ -150,3 +150,28 @@ def test_targets_are_judged_from_fiber_numbers() -> None:
             "summary": {"medians": med, "errors": {}}}
     met = [m for _, _, _, m in targets(data)]
     assert met == [True, False, True, False, True, False]
+
+
+def test_backend_runs_are_summarized(smoke: tuple, tmp_path: Path) -> None:
+    """Section 7 reads the runs kept under results/backends/NAME; a smoke run stands
+    in for a backend run here (its numbers are real, its backend label is set)."""
+    from bench import report
+
+    _, data, _ = smoke
+    run = json.loads(json.dumps(data))
+    run["meta"]["fiber_backend"] = "docker"
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "latest.json").write_text(json.dumps(run))
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "latest.json").write_text("{not json")
+    (tmp_path / "unfinished").mkdir()
+    (tmp_path / "unfinished" / "latest.json").write_text(json.dumps({"meta": run["meta"]}))
+    runs = report.backend_runs(tmp_path)
+    assert [r["meta"]["fiber_backend"] for r in runs] == ["docker"]
+    lines = report._backend_summary(runs)
+    (row,) = [line for line in lines if line.startswith("| `docker`")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    if "fiber" in CONTENDERS:
+        job_ms = data["summary"]["medians"]["process_start"]["fiber"]["median_ms"]
+        assert cells[1] == report._fmt(job_ms)
+    assert report._backend_summary([]) == []
