@@ -124,15 +124,32 @@ class _ClientConnection(_mpc.Connection):
             f"the manager at {host}:{port} is gone ({type(exc).__name__}: {exc}); its "
             "process has ended or its host is unreachable")
 
+    # the lowest level: also covers send_bytes/recv_bytes (the authkey handshake)
+    def _send(self, buf, *args) -> None:
+        try:
+            super()._send(buf, *args)
+        except OSError as exc:
+            raise self._lost(exc) from None
+
+    def _recv(self, size, *args):
+        try:
+            return super()._recv(size, *args)
+        except (OSError, EOFError) as exc:
+            raise self._lost(exc) from None
+
     def send(self, obj: Any) -> None:
         try:
             super().send(obj)
+        except ConnectionLostError:
+            raise
         except (OSError, EOFError) as exc:
             raise self._lost(exc) from None
 
     def recv(self) -> Any:
         try:
             obj = super().recv()
+        except ConnectionLostError:
+            raise
         except (OSError, EOFError) as exc:
             raise self._lost(exc) from None
         if _is_error(obj):
