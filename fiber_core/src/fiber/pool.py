@@ -307,6 +307,11 @@ class Pool:
         with self._lock:
             self._processes[:] = [p for p in self._processes if p.exitcode is None]
             self._processes.append(process)
+            late = self._state == TERMINATE
+        if late:
+            # terminate() ended the workers it knew of while this one was starting
+            Pool._terminate_workers([process], None, self._cid)
+            return
         ref = weakref.ref(self)
 
         def ended() -> None:
@@ -705,8 +710,9 @@ class Pool:
         self._starter.shutdown(wait=False)
 
     @staticmethod
-    def _terminate_workers(processes: list, hub: transport.Hub, cid: int) -> None:
-        hub.remove_channel(cid)
+    def _terminate_workers(processes: list, hub: transport.Hub | None, cid: int) -> None:
+        if hub is not None:
+            hub.remove_channel(cid)
         processes = list(processes)
         for p in processes:
             try:
@@ -728,6 +734,7 @@ class Pool:
             raise ValueError("Pool is still running")
         if self._state == CLOSE:
             self._supervisor.join()
+            self._starter.shutdown(wait=True)  # every worker asked for is in _processes
             with self._lock:
                 processes = list(self._processes)
             for p in processes:
@@ -736,7 +743,16 @@ class Pool:
                 except ProcessStartError:
                     pass
             self._finalizer()
-        self._starter.shutdown(wait=True)
+        else:
+            # workers still starting when terminate() ran end in _start_worker
+            self._starter.shutdown(wait=True)
+            with self._lock:
+                processes = list(self._processes)
+            for p in processes:
+                try:
+                    p.join()
+                except ProcessStartError:
+                    pass
 
     def __enter__(self) -> Pool:
         self._check_running()

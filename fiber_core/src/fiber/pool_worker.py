@@ -15,10 +15,14 @@ that only a real start counts as an attempt.
 from __future__ import annotations
 
 import collections
+import logging
 import pickle
 import struct
 
 from fiber import serialization, transport
+from fiber.errors import ConnectionLostError
+
+logger = logging.getLogger(__name__)
 
 READY = b"R"
 RESULTS = b"D"
@@ -93,7 +97,13 @@ def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()
         lines.append((line, ctx))
     while lines:
         line, ctx = lines.popleft()
-        reply = ctx.recv()
+        try:
+            reply = ctx.recv()
+        except ConnectionLostError as exc:
+            # the pool was terminated or collected (or its program ended): nothing is
+            # left to do, as a multiprocessing worker exits when its queue is gone
+            logger.debug("pool worker %d exits: %s", worker_id, exc)
+            return
         if reply[:1] == STOP:
             ctx.close()
             continue
