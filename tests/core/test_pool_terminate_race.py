@@ -2,8 +2,8 @@
 
 A pool with ``maxtasksperchild=1`` starts replacement workers all the time; a
 terminate() that lands while one of them is being started used to miss it: the worker
-outlived the pool, found the pool's channel gone and died with a traceback. Both are
-checked here, many times over, because the window is a few milliseconds wide.
+outlived the pool, found the pool's channel gone and died with a traceback (and a
+``with Pool() as p:`` block returned before such a worker ended). Both are checked here, many times over, because the window is a few milliseconds wide.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ def test_terminate_ends_workers_that_were_starting(capfd):
     for _ in range(15):
         pool = fiber.Pool(2, maxtasksperchild=1)
         assert len(pool.map(pid_after_nap, range(4), chunksize=1)) == 4
-        pool.terminate()
-        pool.join()
+        pool.terminate()  # as multiprocessing's, it returns once the workers are gone
         alive = [c for c in fiber.active_children() if c.is_alive()]
         leftovers += len(alive)
+        pool.join()
         for child in alive:  # keep later rounds independent
             child.terminate()
             child.join(10)

@@ -707,7 +707,9 @@ class Pool:
             task.done = True
             task.sink._set(task.start, task.count, False, error)
         self._finalizer()
-        self._starter.shutdown(wait=False)
+        # as multiprocessing's terminate() joins its workers: a worker whose start was
+        # under way is ended by _start_worker before this returns
+        self._starter.shutdown(wait=True, cancel_futures=True)
 
     @staticmethod
     def _terminate_workers(processes: list, hub: transport.Hub | None, cid: int) -> None:
