@@ -36,6 +36,8 @@ def test_terminate_ends_workers_that_were_starting(capfd):
 
 
 def test_close_join_waits_for_workers_being_replaced():
+    # a closed pool whose last result came from a worker at its maxtasksperchild limit
+    # must still stop the idle replacement workers (join() used to hang on them)
     for _ in range(10):
         pool = fiber.Pool(2, maxtasksperchild=1)
         result = pool.map_async(pid_after_nap, range(4), chunksize=1)

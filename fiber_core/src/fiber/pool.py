@@ -486,6 +486,8 @@ class Pool:
             if not w.busy:
                 self._stop_lines(w)
                 self._changed.notify_all()
+            if self._state != RUN:
+                self._stop_idle()  # this may have been the last result of a closed pool
             return
         while self._queue:
             line = w.free_line()
@@ -734,27 +736,22 @@ class Pool:
         """Wait for the workers to exit (after close() or terminate())."""
         if self._state == RUN:
             raise ValueError("Pool is still running")
-        if self._state == CLOSE:
+        closing = self._state == CLOSE
+        if closing:
             self._supervisor.join()
-            self._starter.shutdown(wait=True)  # every worker asked for is in _processes
-            with self._lock:
-                processes = list(self._processes)
-            for p in processes:
-                try:
-                    p.join()
-                except ProcessStartError:
-                    pass
-            self._finalizer()
-        else:
-            # workers still starting when terminate() ran end in _start_worker
-            self._starter.shutdown(wait=True)
-            with self._lock:
-                processes = list(self._processes)
-            for p in processes:
-                try:
-                    p.join()
-                except ProcessStartError:
-                    pass
+        # after this, every worker asked for is in _processes; terminate() has already
+        # ended (with bounded waits) those it knew of and the ones still starting
+        self._starter.shutdown(wait=True)
+        if not closing:
+            return
+        with self._lock:
+            processes = list(self._processes)
+        for p in processes:
+            try:
+                p.join()
+            except ProcessStartError:
+                pass
+        self._finalizer()
 
     def __enter__(self) -> Pool:
         self._check_running()
