@@ -474,7 +474,10 @@ class Pool:
         for task, ok, value in done:
             if not ok:
                 value = serialization.unpack_exception(value)
-            task.sink._set(task.start, task.count, ok, value)
+            try:
+                task.sink._set(task.start, task.count, ok, value)
+            except Exception:  # noqa: BLE001 - a user's callback must not stop the pool
+                logger.exception("a callback of pool task %s raised", task.describe())
 
     def _unfinished(self) -> bool:
         return bool(self._queue) or any(w.busy for w in self._workers.values())
