@@ -14,6 +14,7 @@ worker that is up. ``resize(n)`` grows or shrinks a running pool.
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import logging
 import os
@@ -59,7 +60,7 @@ _FUNC_CACHE = 256
 
 class _Task:
     __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
-                 "alone", "done", "superseded", "started")
+                 "alone", "done", "superseded", "started", "worker")
 
     def __init__(self, tid, fid, kind, payload, sink, start, count) -> None:
         self.id = tid
@@ -74,6 +75,7 @@ class _Task:
         self.done = False  # its outcome was delivered
         self.superseded = False  # split into parts that run instead
         self.started = False  # a worker confirmed it began this (suspect) task
+        self.worker: _Worker | None = None  # the worker it was last sent to
 
     def describe(self) -> str:
         if self.kind == CALL:
@@ -87,7 +89,7 @@ class _Worker:
     which hold a batch, and the order in which the worker waits on them."""
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
-                 "dispatched", "stopping", "alive", "connected", "listed")
+                 "dispatched", "stopping", "alive", "connected", "listed", "wire")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -102,6 +104,7 @@ class _Worker:
         self.alive = True
         self.connected = False
         self.listed = False  # in the pool's idle or spare list
+        self.wire = None  # a request it sent: its connection, for reading directly
 
     @property
     def busy(self) -> bool:
@@ -121,6 +124,17 @@ class _Worker:
         """The batch the worker is running (the first line in its order, if it holds
         one)."""
         return self.held.get(self.order[0], []) if self.order else []
+
+
+def _wait_directly(task: _Task, result: ApplyResult, timeout: float | None) -> None:
+    """Wait for ``result`` by reading its worker's connection on this thread (see
+    :meth:`fiber.stream.StreamListener.read_directly`); returns early, leaving the
+    caller to wait as usual, when the task is not with a worker or moves to another."""
+    w = task.worker
+    read_until = getattr(w.wire, "read_until", None) if w is not None else None
+    if read_until is None or not w.alive:
+        return
+    read_until(lambda: result._ready or task.worker is not w or not w.alive, timeout)
 
 
 class _PoolChannel:
@@ -464,6 +478,7 @@ class Pool:
                 request.reply(b"unknown pool request", transport.ERROR)
                 return
             w.parked[line] = request
+            w.wire = request
             self._offer(w)
             if self._state == CLOSE and not self._unfinished():
                 self._changed.notify_all()
@@ -561,11 +576,14 @@ class Pool:
             return True
         request = w.parked.pop(line)
         w.held[line] = batch
+        for task in batch:
+            task.worker = w
         w.dispatched += len(batch)
         if not request.reply(TASKS + data):
             del w.held[line]  # the worker is gone; _lose will not see this batch
             w.dispatched -= len(batch)
             for task in reversed(batch):
+                task.worker = None
                 self._queue.appendleft(task)
             return False
         return True
@@ -657,6 +675,7 @@ class Pool:
                          result, 0, 1)
             self._queue.append(task)
             self._dispatch_waiting()
+        result._direct = functools.partial(_wait_directly, task, result)
         return result
 
     def map(self, func, iterable, chunksize=None):

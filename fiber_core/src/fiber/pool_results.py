@@ -2,13 +2,17 @@
 ``ApplyResult`` (``AsyncResult``), ``MapResult``, ``IMapIterator`` and
 ``IMapUnorderedIterator``. Each receives the outcome of its tasks through
 ``_set(start, count, ok, value)``; callbacks run in the parent, on the thread that
-delivered the last result (so they should return quickly, as in multiprocessing)."""
+delivered the last result (so they should return quickly, as in multiprocessing): the
+stream wire's selector thread, or the thread blocked in ``get()``/``wait()`` of an
+``apply_async`` result, which reads its worker's connection itself."""
 
 from __future__ import annotations
 
 import _thread
 import collections
 import threading
+import time
+from collections.abc import Callable
 
 from fiber.errors import TimeoutError
 
@@ -26,6 +30,8 @@ class ApplyResult:
         self._done.acquire()  # released once, when the outcome is in
         self._claim = _thread.allocate_lock()  # taken by the first outcome
         self._ready = False
+        # set by the pool: waits by reading the worker's connection on this thread
+        self._direct: Callable[[float | None], None] | None = None
         self._callback = callback
         self._error_callback = error_callback
         self._success = False
@@ -42,6 +48,13 @@ class ApplyResult:
     def wait(self, timeout: float | None = None) -> None:
         if self._ready:
             return
+        if self._direct is not None and (timeout is None or timeout > 0):
+            deadline = None if timeout is None else time.monotonic() + timeout
+            self._direct(timeout)
+            if self._ready:
+                return
+            if deadline is not None:
+                timeout = max(0.0, deadline - time.monotonic())
         if timeout is None:
             got = self._done.acquire()
         elif timeout > 0:

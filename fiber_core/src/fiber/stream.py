@@ -16,7 +16,11 @@ A frame is ``length (8 bytes) + line (4 bytes) + body``; the body is the nng wir
 message (``b"M" + channel + payload`` for a request, a status byte + data for a reply).
 The listening side reads every connection from one selector thread and writes from
 whichever thread replies: without blocking, what the socket cannot take at once is left
-to the selector thread. The connecting side (:class:`StreamClient`) uses blocking
+to the selector thread. A thread that waits for a reply on one connection may take that
+connection out of the selector and read it itself until its reply has come
+(``StreamRequest.read_until``), which saves a thread wake-up per round trip; frames of
+a connection are always dispatched in order, by whichever thread holds its reader
+token. The connecting side (:class:`StreamClient`) uses blocking
 sockets; the thread that waits for a reply reads frames for every line ("leader/
 follower"), so there is no reader thread to hop through.
 """
@@ -26,7 +30,9 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import math
 import os
+import select
 import selectors
 import socket
 import struct
@@ -49,6 +55,7 @@ _FRAME = struct.Struct("<QI")  # body length, line
 _HANDSHAKE_MAX = 1024
 _READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
 _BIG = 1 << 20  # frames from this size are read straight into their own buffer
+_RECHECK = 0.1  # seconds between checks of a direct reader's condition
 # peer numbers of stream connections start here, far above nng's 31-bit pipe ids
 _peer_ids = itertools.count(1 << 40)
 
@@ -128,6 +135,12 @@ class StreamRequest:
         self.answered = True
         return self._conn.send(self._line, status + data if data else status)
 
+    def read_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+        """Read and dispatch this request's connection on the calling thread until
+        ``done()`` holds or ``timeout`` passes (see :meth:`StreamListener.read_directly`).
+        False when it could not: another thread reads the connection, or it is gone."""
+        return self._conn.listener.read_directly(self._conn, done, timeout)
+
 
 class _Connection:
     """One authenticated connection, seen from the listening side."""
@@ -144,8 +157,11 @@ class _Connection:
         self._big_got = 0
         self._out: collections.deque[memoryview] = collections.deque()
         self._wlock = threading.Lock()
+        # held by the thread that reads (and dispatches, in order) this connection's
+        # frames: the selector thread, or a caller waiting for a reply on it
+        self.rlock = threading.Lock()
 
-    # reading (selector thread only)
+    # reading (by the holder of rlock)
     def read(self) -> list[tuple[int, bytes]]:
         """Frames that are complete now; raises ConnectionResetError at the end."""
         frames: list[tuple[int, bytes]] = []
@@ -389,25 +405,85 @@ class StreamListener:
 
     def _watch(self, conn: _Connection, write: bool) -> None:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
-        try:
-            self._selector.modify(conn.sock, events, conn)
-        except (KeyError, ValueError, OSError):
-            pass
+        with self._lock:
+            try:
+                self._selector.modify(conn.sock, events, conn)
+            except (KeyError, ValueError, OSError):
+                pass  # closed, or read directly by a caller (which restores it)
 
     def _readable(self, conn: _Connection) -> None:
+        if not conn.rlock.acquire(False):
+            return  # a caller reads it directly (an event from before it took over)
+        try:
+            self._read_and_dispatch(conn)
+        finally:
+            conn.rlock.release()
+
+    def _read_and_dispatch(self, conn: _Connection) -> bool:
+        """Dispatch the frames that are complete now (holding conn.rlock, so that they
+        are dispatched in the order they came); False when the connection ended."""
         try:
             frames = conn.read()
         except OSError:
             self._drop(conn)
-            return
+            return False
         for line, body in frames:
             self._hub.dispatch(StreamRequest(conn, line), body, stream=True)
+        return True
+
+    def read_directly(self, conn: _Connection, done: Callable[[], bool],
+                      timeout: float | None) -> bool:
+        """Let the calling thread, which waits for a reply to come on ``conn``, read
+        that connection itself until ``done()`` holds or ``timeout`` passes: the reply
+        is then dispatched on the thread that waits for it, and the hop from the
+        selector thread (a thread wake-up, about a fifth of a pool's round trip) is
+        saved. The connection leaves the selector meanwhile and returns to it after.
+        False when another thread is reading the connection or it is gone (the
+        caller then waits as usual)."""
+        if conn.closed or not conn.rlock.acquire(False):
+            return False
+        with self._lock:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                conn.rlock.release()  # closed meanwhile
+                return False
+        deadline = None if timeout is None else time.monotonic() + timeout
+        poller = select.poll()
+        poller.register(conn.sock, select.POLLIN)
+        alive = True
+        try:
+            while not done():
+                # done() is checked again at least every _RECHECK seconds: what it waits
+                # for may happen elsewhere (its task moved to another connection)
+                wait = _RECHECK
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        break
+                    wait = min(wait, left)
+                wait = math.ceil(wait * 1000)
+                if poller.poll(wait) and not self._read_and_dispatch(conn):
+                    alive = False
+                    break
+        finally:
+            with self._lock:
+                conn.rlock.release()
+                if alive and not conn.closed and not self._closed:
+                    events = selectors.EVENT_READ | (
+                        selectors.EVENT_WRITE if conn._out else 0)
+                    try:
+                        self._selector.register(conn.sock, events, conn)
+                    except (KeyError, ValueError, OSError):
+                        pass
+        return True
 
     def _drop(self, conn: _Connection) -> None:
-        try:
-            self._selector.unregister(conn.sock)
-        except (KeyError, ValueError, OSError):
-            pass
+        with self._lock:
+            try:
+                self._selector.unregister(conn.sock)
+            except (KeyError, ValueError, OSError):
+                pass
         self._conns.discard(conn)
         conn.close()
         self._hub.peer_lost(conn.peer)
