@@ -134,3 +134,29 @@ def test_pool_get_reads_the_workers_connection_itself(tmp_path):
         except fiber.TimeoutError:
             assert time.monotonic() - start < 5
         assert slow.get(30) is None
+
+
+def test_what_could_not_be_written_is_flushed_while_read_directly():
+    # the task (100 MB in the pickle itself) is more than the socket takes at once; the
+    # rest is written by the thread that then waits in get(), which has the connection
+    with fiber.Pool(1) as pool:
+        pool.map(abs, range(4))
+        data = b"x" * 100_000_000
+        assert pool.apply_async(len, (data,)).get(60) == len(data)
+        assert pool.apply(len, (data[:10],)) == 10
+
+
+def test_a_reply_queued_for_a_peer_that_left_does_not_stop_the_selector():
+    hub, rec, cid, client, parked = _setup()
+    try:
+        assert parked.reply(b"y" * 50_000_000)  # far more than the socket buffers take
+        client.close()
+        time.sleep(0.3)  # the selector thread writes to a closed peer meanwhile
+        other = stream.StreamClient(hub.stream_address)
+        try:
+            assert other.request(cid, b"still here", timeout=10) == b"still here"
+        finally:
+            other.close()
+        assert hub._stream._thread.is_alive()
+    finally:
+        hub.close()

@@ -245,6 +245,9 @@ class _Connection:
                     n = self.sock.send(view)
                 except (BlockingIOError, InterruptedError):
                     return False
+                except OSError:  # the peer is gone: reading will find out and drop it
+                    self._out.clear()
+                    return True
                 if n < len(view):
                     self._out[0] = view[n:]
                     return False
@@ -463,7 +466,15 @@ class StreamListener:
                         break
                     wait = min(wait, left)
                 wait = math.ceil(wait * 1000)
-                if poller.poll(wait) and not self._read_and_dispatch(conn):
+                # what this thread's replies could not write at once is written here
+                # too: the selector does not watch the connection meanwhile
+                poller.modify(conn.sock, select.POLLIN | (select.POLLOUT if conn._out else 0))
+                events = poller.poll(wait)
+                if not events:
+                    continue
+                if events[0][1] & select.POLLOUT:
+                    conn.flush()
+                if events[0][1] & ~select.POLLOUT and not self._read_and_dispatch(conn):
                     alive = False
                     break
         finally:
