@@ -74,9 +74,9 @@ def _env() -> dict[str, str]:
 
 def _installed_backends() -> list[str]:
     try:
-        from fiber import plugins
+        from fiber.backend import registry
 
-        return sorted(plugins.backends())
+        return sorted(registry.backends())
     except Exception as exc:  # noqa: BLE001 - only informative
         logger.warning("cannot list fiber backends: %s", exc)
         return []

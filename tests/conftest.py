@@ -59,7 +59,7 @@ def _end_fiber_jobs() -> None:
     """End what the tests left running while the engine is still up (so nothing is
     polled or terminated against a stopped engine at exit)."""
     import fiber
-    from fiber import plugins
+    from fiber.backend import registry
 
     for child in fiber.active_children():
         try:
@@ -67,4 +67,4 @@ def _end_fiber_jobs() -> None:
             child.join(30)
         except Exception:  # noqa: BLE001 - best effort; the engine's stop() checks leftovers
             pass
-    plugins.reset_instances()
+    registry.reset_instances()

@@ -29,10 +29,11 @@ def run_script(tmp_path):
 @pytest.fixture
 def fresh_config():
     """Forget cached settings and backends before and after the test."""
-    from fiber import config, plugins
+    from fiber.backend import registry
+    from fiber.runtime import config
 
     config.reset()
-    plugins.reset_instances()
+    registry.reset_instances()
     yield
     config.reset()
-    plugins.reset_instances()
+    registry.reset_instances()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 import fiber
-from fiber import config
-from fiber.options import ConfigError, parse_memory
+from fiber.backend.options import ConfigError, parse_memory
+from fiber.runtime import config
 
 
 def test_precedence_code_env_file(tmp_path, monkeypatch, fresh_config):
@@ -62,7 +62,7 @@ def test_meta_sets_resources():
 
 def test_backend_selected_by_environment(monkeypatch, fresh_config):
     monkeypatch.setenv("FIBER_BACKEND", "example-missing")
-    from fiber import plugins
+    from fiber.backend import registry
 
-    with pytest.raises(plugins.BackendNotFoundError, match="example-missing"):
+    with pytest.raises(registry.BackendNotFoundError, match="example-missing"):
         fiber.Process(target=print).start()

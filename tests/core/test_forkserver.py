@@ -1,4 +1,4 @@
-"""The local backend's template process (fiber.forkserver): what it does once for all
+"""The local backend's template process (fiber.backend.local.forkserver): what it does once for all
 jobs must not change what a job sees, compared with a new interpreter (spawn).
 
 The end-to-end tests run scripts in a fresh interpreter on the real local backend,
@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from fiber import forkserver
+from fiber.backend.local import forkserver
 
 METHODS = ["forkserver", "spawn"]
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from fiber.local_backend import LocalBackend
+from fiber.backend.local.backend import LocalBackend
 from fiber.testing.contract import BackendContract
 
 

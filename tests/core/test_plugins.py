@@ -9,24 +9,24 @@ from pathlib import Path
 
 import pytest
 
-from fiber import plugins
+from fiber.backend import registry
 
 EXAMPLE = Path(__file__).parent.parent / "example_plugin"
 
 
 def test_local_backend_registers_through_the_hooks():
-    found = plugins.backends()
+    found = registry.backends()
     assert found["local"].package == "fiber-core"
-    impls = [i.plugin_name for i in plugins.plugin_manager().hook.fiber_backends.get_hookimpls()]
+    impls = [i.plugin_name for i in registry.plugin_manager().hook.fiber_backends.get_hookimpls()]
     assert "local" in impls  # the entry point name, like any third-party plugin
 
 
 @pytest.mark.parametrize("name,package", [("slurm", "fiber-slurm"), ("kubernetes", "fiber-k8s")])
 def test_missing_backend_names_its_package(name, package):
-    if name in plugins.backends():
+    if name in registry.backends():
         pytest.skip(f"{package} is installed here")
-    with pytest.raises(plugins.BackendNotFoundError, match=f"pip install {package}"):
-        plugins.get_backend(name)
+    with pytest.raises(registry.BackendNotFoundError, match=f"pip install {package}"):
+        registry.get_backend(name, {})
 
 
 def test_third_party_plugin_is_discovered(run_script):

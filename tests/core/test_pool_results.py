@@ -9,7 +9,7 @@ import time
 import pytest
 
 from fiber.errors import TimeoutError
-from fiber.pool_results import ApplyResult, MapResult
+from fiber.runtime.pool.results import ApplyResult, MapResult
 
 
 def test_every_waiting_thread_wakes():

@@ -11,8 +11,8 @@ import pynng
 import pytest
 
 import fiber
-from fiber import transport
 from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.wire import transport
 
 
 class _Exploit:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 import fiber
-from fiber import serialization, shm
+from fiber.wire import serialization, shm
 
 np = pytest.importorskip("numpy")
 
@@ -152,7 +152,7 @@ def test_unread_items_of_a_queue_sent_to_a_child_at_exit(run_script):
     out = run_script("""
         import numpy as np
         import fiber
-        from fiber import shm
+        from fiber.wire import shm
 
         def fill(q):
             for i in range(3):
@@ -222,7 +222,7 @@ def test_shared_memory_turned_off(run_script):
     out = run_script("""
         import numpy as np
         import fiber
-        from fiber import shm
+        from fiber.wire import shm
 
         def echo(conn):
             conn.send(conn.recv())

@@ -14,8 +14,8 @@ import time
 import pytest
 
 import fiber
-from fiber import stream, transport
 from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.wire import stream, transport
 
 
 class _Channel:

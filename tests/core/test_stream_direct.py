@@ -9,7 +9,7 @@ import threading
 import time
 
 import fiber
-from fiber import stream, transport
+from fiber.wire import stream, transport
 
 
 class _Recorder:

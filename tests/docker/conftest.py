@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 import docker
 import pytest
 
-from fiber import config
+from fiber.runtime import config
 from fiber_docker import DockerBackend
 
 

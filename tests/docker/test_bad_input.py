@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
-from fiber import config
 from fiber.backend import ClusterUnreachableError, JobCreationError
-from fiber.job import JobSpec
-from fiber.options import ConfigError
+from fiber.backend.job import JobSpec
+from fiber.backend.options import ConfigError
+from fiber.runtime import config
 from fiber_docker import DockerBackend
 
 

@@ -11,7 +11,7 @@ import textwrap
 
 SCRIPT = textwrap.dedent("""
     import fiber
-    from fiber.process import run_id
+    from fiber.runtime.run import run_id
 
     def noop():
         pass

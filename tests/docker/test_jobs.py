@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 
 @pytest.fixture
@@ -234,7 +234,7 @@ def test_default_image_and_nested_jobs_inside_a_container(backend, make_backend,
     them from X (paths translated through the parent container's mounts)."""
     code = f"""
         import sys
-        from fiber.job import JobSpec
+        from fiber.backend.job import JobSpec
         from fiber_docker import DockerBackend
         inner = DockerBackend({{}})
         print('image=' + inner._image(JobSpec(command=[])), flush=True)

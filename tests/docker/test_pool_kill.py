@@ -9,6 +9,7 @@ import time
 import pytest
 
 import fiber
+import fiber.runtime.run
 
 
 def slow_square(x: int) -> int:
@@ -20,7 +21,7 @@ def _running_workers(engine_client) -> list[dict]:
     """Running pool worker containers of this run (other tests' runs may still be
     ending their own)."""
     rows = engine_client.api.containers(filters={
-        "label": f"fiber.run={fiber.process.run_id()}", "status": "running"})
+        "label": f"fiber.run={fiber.runtime.run.run_id()}", "status": "running"})
     return [row for row in rows if "poolworker" in row["Labels"].get("fiber.name", "")]
 
 
@@ -37,7 +38,7 @@ def test_docker_kill_of_a_worker_mid_map_loses_nothing(engine_client):
         workers = _running_workers(engine_client)
         assert workers, "no running pool worker container to kill"
         victim = workers[0]
-        assert victim["Labels"]["fiber.run"] == fiber.process.run_id()
+        assert victim["Labels"]["fiber.run"] == fiber.runtime.run.run_id()
         time.sleep(0.3)
         assert not result.ready(), "the map ended before the kill: make it longer"
         engine_client.api.kill(victim["Id"])  # what `docker kill <container>` does
@@ -48,7 +49,7 @@ def test_docker_kill_of_a_worker_mid_map_loses_nothing(engine_client):
     pool.join()
     deadline = time.monotonic() + 30
     while engine_client.api.containers(all=True, filters={
-            "label": f"fiber.run={fiber.process.run_id()}"}) and time.monotonic() < deadline:
+            "label": f"fiber.run={fiber.runtime.run.run_id()}"}) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert engine_client.api.containers(all=True, filters={
-        "label": f"fiber.run={fiber.process.run_id()}"}) == []
+        "label": f"fiber.run={fiber.runtime.run.run_id()}"}) == []

@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from fiber.job import JobState, JobStatus
+from fiber.backend.job import JobState, JobStatus
 from fiber_docker.selfcontainer import own_container_id
 from fiber_docker.status import signal_exitcode, to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from fiber import config
+from fiber.runtime import config
 from fiber_k8s.backend import KubernetesBackend
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from fiber import config
 from fiber.backend import ClusterUnreachableError, JobCreationError
-from fiber.job import JobSpec
-from fiber.options import ConfigError
+from fiber.backend.job import JobSpec
+from fiber.backend.options import ConfigError
+from fiber.runtime import config
 from fiber_k8s.backend import KubernetesBackend
 from fiber_k8s.cluster import ForbiddenError
 

@@ -20,8 +20,8 @@ NAMESPACE = "fiber-in-cluster"
 
 PARENT = """
 import json, sys
-from fiber import config
-from fiber.job import JobSpec
+from fiber.runtime import config
+from fiber.backend.job import JobSpec
 from fiber_k8s.backend import KubernetesBackend
 
 backend = KubernetesBackend(config.load().as_dict())

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 LABELS = {"fiber.run": "k8s-status-tests", "fiber.parent": "pytest"}
 

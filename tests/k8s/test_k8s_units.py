@@ -11,8 +11,8 @@ import re
 import pytest
 
 from fiber.backend import JobCreationError
-from fiber.job import JobSpec, JobState
-from fiber.options import ConfigOption
+from fiber.backend.job import JobSpec, JobState
+from fiber.backend.options import ConfigOption
 from fiber_k8s import names
 from fiber_k8s.manifest import INSTANCE_LABEL, pod_manifest
 from fiber_k8s.plugin import OPTIONS
@@ -80,7 +80,7 @@ def test_resource_validation():
 
 
 def test_manifest_carries_spec_and_settings():
-    spec = JobSpec(command=["/py", "-m", "fiber.bootstrap"], env={"_FIBER_X": "1"}, cwd="/w",
+    spec = JobSpec(command=["/py", "-m", "fiber.runtime.bootstrap"], env={"_FIBER_X": "1"}, cwd="/w",
                    cpu=1, memory=100, name="Proc 1", labels={"fiber.run": "r:1"})
     options = {"kubernetes_host_network": True, "kubernetes_service_account": "sa",
                "kubernetes_node_selector": {"disk": "ssd"},

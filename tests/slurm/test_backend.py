@@ -14,7 +14,7 @@ import urllib.parse
 
 import pytest
 
-from fiber.job import Job, JobSpec, JobState
+from fiber.backend.job import Job, JobSpec, JobState
 
 
 def spec(run_id: str, code: str, **fields) -> JobSpec:

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from fiber.backend import ClusterUnreachableError, JobCreationError
-from fiber.job import JobSpec, JobState
-from fiber.options import ConfigError
+from fiber.backend.job import JobSpec, JobState
+from fiber.backend.options import ConfigError
 from fiber_slurm.options import OPTIONS
 
 

@@ -9,7 +9,7 @@ import subprocess
 import sys
 import time
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 FIBER = [sys.executable, "-c", "import sys; from fiber.cli import main; sys.exit(main())"]
 

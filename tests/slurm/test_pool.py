@@ -10,7 +10,7 @@ import time
 import urllib.parse
 
 import fiber
-from fiber.process import run_id
+from fiber.runtime.run import run_id
 
 
 def slow_square(x: int) -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from fiber.job import JobState
+from fiber.backend.job import JobState
 from fiber_slurm.states import exitcode_from_pair, exitcode_from_wait_status, to_status
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ssh_helpers import ROOT, _load, describe, wait_no_leftovers
 
-from fiber import config
+from fiber.runtime import config
 from fiber_ssh.backend import SSHBackend
 
 

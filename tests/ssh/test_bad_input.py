@@ -12,7 +12,7 @@ import uuid
 import pytest
 
 from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 LABELS = {"fiber.run": "bad-input", "fiber.parent": "test"}
 
@@ -32,7 +32,7 @@ def test_unresolvable_host_name(ssh_hosts, ssh_options):
     no resolver knows."""
     code = textwrap.dedent(f"""
         import sys
-        from fiber.job import JobSpec
+        from fiber.backend.job import JobSpec
         from fiber_ssh.backend import SSHBackend
         options = {{**{ssh_options!r}, "ssh_hosts": ["root@no-such-host.invalid:2222"]}}
         try:
@@ -108,7 +108,7 @@ def test_host_key_mismatch(make_backend, ssh_hosts, tmp_path):
 def test_python_missing_on_the_host(make_backend, ssh_hosts):
     backend = make_backend()
     missing = f"/opt/no-python-{uuid.uuid4().hex[:6]}/bin/python3"
-    bad = JobSpec(command=[missing, "-m", "fiber.bootstrap"], labels=dict(LABELS))
+    bad = JobSpec(command=[missing, "-m", "fiber.runtime.bootstrap"], labels=dict(LABELS))
     with pytest.raises(JobCreationError, match="does not exist there.*same path on every host"):
         backend.create_job(bad)
     assert backend.list_jobs(LABELS) == []

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ssh_helpers import hosts_script
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 LABELS = {"fiber.run": "env", "fiber.parent": "test"}
 

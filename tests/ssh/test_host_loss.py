@@ -8,7 +8,7 @@ import time
 
 from ssh_helpers import kill_host_processes, set_link
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 SLEEP = "import socket, time; print(socket.gethostname(), flush=True); time.sleep(600)"
 LABELS = {"fiber.run": "host-loss", "fiber.parent": "test"}

@@ -10,7 +10,7 @@ import uuid
 import pytest
 
 from fiber.backend import JobCreationError
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 SLEEP = "import socket, time; print(socket.gethostname(), flush=True); time.sleep(600)"
 

@@ -13,7 +13,8 @@ import pytest
 from ssh_helpers import describe, kill_host_processes, leftovers, set_link
 
 import fiber
-from fiber import config, plugins
+from fiber.backend import registry
+from fiber.runtime import config
 
 
 def slow_square(x: int) -> tuple[int, str]:
@@ -27,11 +28,11 @@ def hostname(_: int) -> str:
 
 
 def _fiber_jobs(state) -> list[int]:
-    """Job processes (fiber.bootstrap) still on the test hosts."""
+    """Job processes (fiber.runtime.bootstrap) still on the test hosts."""
     found = []
     for pid in leftovers(state):
         try:
-            if b"fiber.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes():
+            if b"fiber.runtime.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes():
                 found.append(pid)
         except OSError:
             continue
@@ -43,9 +44,9 @@ def ssh_fiber(ssh_hosts, monkeypatch):
     """fiber set to the ssh backend with a fresh backend instance (both hosts up)."""
     monkeypatch.setenv("FIBER_BACKEND", "ssh")
     config.reset()
-    plugins.reset_instances()
+    registry.reset_instances()
     yield
-    plugins.reset_instances()  # closes the backend that saw h2 die
+    registry.reset_instances()  # closes the backend that saw h2 die
     config.reset()
 
 

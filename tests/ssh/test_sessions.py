@@ -9,7 +9,7 @@ import time
 
 from ssh_helpers import ExtraSSHD
 
-from fiber.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState
 
 SLEEP = "import time; print('up', flush=True); time.sleep(600)"
 LABELS = {"fiber.run": "sessions", "fiber.parent": "test"}

@@ -3,11 +3,102 @@
 ``import fiber as multiprocessing`` and the same Process, Queue, Pipe, Pool and
 Manager code runs on the local machine or as jobs on a cluster backend, selected by
 ``FIBER_BACKEND`` (or ``.fiberconfig``, or ``fiber.init(backend=...)``).
+
+Importing fiber is cheap: each name below is imported from its module on first use
+(``fiber.Pool`` imports :mod:`fiber.pool`, and so the runtime and the wire), so a
+program pays only for what it uses, and no backend plugin is loaded before a setting
+or a backend is needed.
 """
 
 from __future__ import annotations
 
-from fiber.context import *  # noqa: F403 - the public API is defined there
-from fiber.context import __all__  # noqa: F401
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from fiber._version import __version__
+
+# name -> the module that defines it (the API modules mirror multiprocessing's)
+_WHERE = {
+    "Process": "fiber.process", "current_process": "fiber.process",
+    "parent_process": "fiber.process", "active_children": "fiber.process",
+    "Pool": "fiber.pool",
+    "Queue": "fiber.queues", "JoinableQueue": "fiber.queues", "SimpleQueue": "fiber.queues",
+    "Pipe": "fiber.connection",
+    "Manager": "fiber.managers", "Lock": "fiber.managers", "RLock": "fiber.managers",
+    "Semaphore": "fiber.managers", "BoundedSemaphore": "fiber.managers",
+    "Condition": "fiber.managers", "Event": "fiber.managers", "Barrier": "fiber.managers",
+    "Value": "fiber.managers", "Array": "fiber.managers",
+    "Ring": "fiber.ring",
+    "meta": "fiber.meta",
+    "init": "fiber.runtime.config",
+    "get_logger": "fiber.util", "log_to_stderr": "fiber.util",
+    "cpu_count": "fiber.context", "get_context": "fiber.context",
+    "set_start_method": "fiber.context", "get_start_method": "fiber.context",
+    "get_all_start_methods": "fiber.context", "freeze_support": "fiber.context",
+    "set_executable": "fiber.context", "set_forkserver_preload": "fiber.context",
+    "allow_connection_pickling": "fiber.context", "get_config_value": "fiber.context",
+    "ProcessError": "fiber.errors", "BufferTooShort": "fiber.errors",
+    "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
+    "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",
+    "RemoteError": "fiber.errors", "WorkerLostError": "fiber.errors",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    where = _WHERE.get(name)
+    if where is None:
+        raise AttributeError(f"module 'fiber' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value  # the next access is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see
+    from fiber.connection import Pipe
+    from fiber.context import (
+        allow_connection_pickling,
+        cpu_count,
+        freeze_support,
+        get_all_start_methods,
+        get_config_value,
+        get_context,
+        get_start_method,
+        set_executable,
+        set_forkserver_preload,
+        set_start_method,
+    )
+    from fiber.errors import (
+        AuthenticationError,
+        BufferTooShort,
+        ConnectionLostError,
+        ProcessError,
+        ProcessStartError,
+        RemoteError,
+        TimeoutError,
+        WorkerLostError,
+    )
+    from fiber.managers import (
+        Array,
+        Barrier,
+        BoundedSemaphore,
+        Condition,
+        Event,
+        Lock,
+        Manager,
+        RLock,
+        Semaphore,
+        Value,
+    )
+    from fiber.meta import meta
+    from fiber.pool import Pool
+    from fiber.process import Process, active_children, current_process, parent_process
+    from fiber.queues import JoinableQueue, Queue, SimpleQueue
+    from fiber.ring import Ring
+    from fiber.runtime.config import init
+    from fiber.util import get_logger, log_to_stderr

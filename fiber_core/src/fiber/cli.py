@@ -17,12 +17,13 @@ import sys
 import time
 import uuid
 
-from fiber import config, plugins
-from fiber.job import JobSpec, JobState
+from fiber.backend import JobSpec, JobState, registry
+from fiber.errors import BackendError, BackendNotFoundError, ConfigError
+from fiber.runtime import config
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
-    found = plugins.backends()
+    found = registry.backends()
     width = max((len(n) for n in found), default=7)
     for name in sorted(found):
         info = found[name]
@@ -56,7 +57,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 2
     settings = _settings(args)
     cfg = config.get_config()
-    backend = plugins.get_backend(settings["backend"])
+    backend = registry.get_backend(settings["backend"], settings)
     run = uuid.uuid4().hex[:12]
     env = cfg.child_env()
     env["FIBER_BACKEND"] = settings["backend"]
@@ -108,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _matching_jobs(args: argparse.Namespace):
     settings = _settings(args)
-    backend = plugins.get_backend(settings["backend"])
+    backend = registry.get_backend(settings["backend"], settings)
     labels = {"fiber.run": args.run} if args.run else {}
     return backend, [j for j in backend.list_jobs(labels) if "fiber.run" in j.spec.labels]
 
@@ -160,8 +161,6 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except Exception as exc:  # noqa: BLE001 - a CLI reports errors as messages
-        from fiber.errors import BackendError, BackendNotFoundError, ConfigError
-
         if isinstance(exc, (BackendError, BackendNotFoundError, ConfigError)):
             print(f"fiber: {exc}", file=sys.stderr)
             return 1

@@ -17,118 +17,20 @@ keeps the end open until it arrives somewhere. So the usual multiprocessing idio
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-import struct
-import threading
 import weakref
-from collections.abc import Iterator
 
-from fiber import serialization, transport
-from fiber.endpoint import Endpoint
 from fiber.errors import BufferTooShort
-from fiber.mailbox import CLOSED, EMPTY, ITEM, SHARED, Mailbox, decode, encode, reader_host
+from fiber.runtime import run
+from fiber.runtime.endpoint import Endpoint
+from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
+from fiber.runtime.pipes import PipeChannel, record_transit
+from fiber.wire import serialization
+from fiber.wire.protocol import PIPE_SIDE as _SIDE
+from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
+from fiber.wire.protocol import MailboxOp as Op
+from fiber.wire.protocol import PipeOp
 
 __all__ = ["Pipe", "Connection"]
-
-_SIDE = struct.Struct("<B")
-_TOKEN = struct.Struct("<Q")
-_tokens = itertools.count(1)
-_recording = threading.local()
-
-
-@contextlib.contextmanager
-def recording_transit() -> Iterator[list]:
-    """Collect the pipe ends pickled in this block (the payload of a Process), so that
-    they can be released if that process ends before receiving them."""
-    previous = getattr(_recording, "log", None)
-    _recording.log = log = []
-    try:
-        yield log
-    finally:
-        _recording.log = previous
-
-
-def release_transit(log: list) -> None:
-    """The process that was to receive these copies has ended."""
-    for channel, token in log:
-        channel.drop_token(token)
-
-
-class PipeChannel:
-    """Two mailboxes; side ``i`` reads ``boxes[i]`` and writes ``boxes[1 - i]``."""
-
-    def __init__(self, hub: transport.Hub) -> None:
-        self.boxes = (Mailbox(hub), Mailbox(hub))
-        self.local_handles = [0, 0]
-        self.in_transit: dict[int, int] = {}  # token of a pickled copy -> its side
-        self.remote_peers: list[dict[int, int]] = [{}, {}]  # peer -> handles it holds
-        self.lock = threading.Lock()
-
-    def close_side(self, side: int) -> None:
-        self.boxes[1 - side].close()  # the other end reads EOF once drained
-        with self.boxes[side].lock:
-            self.boxes[side].reader_closed = True  # the other end's sends fail
-        self.boxes[side].discard()  # nobody will read what is left (shared segments)
-
-    def _unused(self, side: int) -> bool:
-        return (self.local_handles[side] == 0 and side not in self.in_transit.values()
-                and not self.remote_peers[side])
-
-    def new_token(self, side: int) -> int:
-        with self.lock:
-            token = next(_tokens)
-            self.in_transit[token] = side
-            return token
-
-    def drop_token(self, token: int) -> None:
-        """A pickled copy will never arrive (or arrived as a local handle)."""
-        with self.lock:
-            side = self.in_transit.pop(token, None)
-            last = side is not None and self._unused(side)
-        if last:
-            self.close_side(side)
-
-    def release_local(self, side: int) -> None:
-        with self.lock:
-            self.local_handles[side] -= 1
-            last = self._unused(side)
-        if last:
-            self.close_side(side)
-
-    def _release_remote(self, side: int, peer: int, everything: bool = False) -> None:
-        with self.lock:
-            held = self.remote_peers[side].get(peer, 0)
-            if everything or held <= 1:
-                self.remote_peers[side].pop(peer, None)
-            else:
-                self.remote_peers[side][peer] = held - 1
-            last = self._unused(side)
-        if last:
-            self.close_side(side)
-
-    def handle(self, request: transport.Request, payload: memoryview) -> None:
-        side = payload[0]
-        op, timeout, data = decode(payload[1:])
-        if op == b"T":  # a process received a copy of this end
-            with self.lock:
-                self.in_transit.pop(_TOKEN.unpack_from(data)[0], None)
-                peers = self.remote_peers[side]
-                peers[request.peer] = peers.get(request.peer, 0) + 1
-            request.reply(b"")
-        elif op == b"X":
-            self._release_remote(side, request.peer)
-            request.reply(b"")
-        elif op == b"P" or op == b"Q":
-            self.boxes[1 - side].handle(request, op, timeout, data)
-        else:
-            self.boxes[side].handle(request, op, timeout, data)
-
-    def peer_gone(self, peer: int) -> None:
-        for side in (0, 1):
-            self.boxes[side].peer_gone(peer)
-            if peer in self.remote_peers[side]:
-                self._release_remote(side, peer, everything=True)
 
 
 def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
@@ -137,7 +39,7 @@ def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
     if conn._channel is not None:  # back home: a local handle again
         conn._channel.drop_token(token)
     else:
-        conn._request(encode(b"T", 0, _TOKEN.pack(token)))
+        conn._request(encode(PipeOp.RECEIVED, 0, _TOKEN.pack(token)))
     return conn
 
 
@@ -166,9 +68,7 @@ class Connection:
         token = 0
         if self._channel is not None:
             token = self._channel.new_token(self._side)
-            log = getattr(_recording, "log", None)
-            if log is not None:
-                log.append((self._channel, token))
+            record_transit(self._channel, token)
         return (_rebuild, (self._endpoint.address, self._endpoint.cid, self._side,
                            self._readable, self._writable, token))
 
@@ -208,7 +108,7 @@ class Connection:
             self._finalizer()
         else:
             try:
-                self._request(encode(b"X", 0))
+                self._request(encode(PipeOp.RELEASED, 0))
             except (ConnectionError, OSError):
                 pass
 
@@ -257,7 +157,7 @@ class Connection:
                 raise BrokenPipeError("the other end of the pipe is closed")
             self._channel.boxes[1 - self._side].put(data)
             return
-        op = b"Q" if isinstance(data, serialization.Shared) else b"P"
+        op = Op.PUT_SHARED if isinstance(data, serialization.Shared) else Op.PUT
         reply = self._request(encode(op, None, data))
         if reply[:1] == CLOSED:
             raise BrokenPipeError("the other end of the pipe is closed")
@@ -267,7 +167,7 @@ class Connection:
         self._check_readable()
         if self._channel is not None:
             return self._channel.boxes[self._side].get()
-        reply = self._request(encode(b"G", None, reader_host()))
+        reply = self._request(encode(Op.GET, None, reader_host()))
         if reply[:1] == ITEM:
             return reply[1:]
         if reply[:1] == SHARED:
@@ -308,7 +208,7 @@ class Connection:
         self._check_readable()
         if self._channel is not None:
             return self._channel.boxes[self._side].poll(timeout)
-        reply = self._request(encode(b"L", timeout), timeout)
+        reply = self._request(encode(Op.POLL, timeout), timeout)
         return reply[:1] != EMPTY
 
     def __repr__(self) -> str:
@@ -319,7 +219,7 @@ class Connection:
 def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     """Two connected ends ``(conn1, conn2)``; with ``duplex=False`` conn1 only
     receives and conn2 only sends, as :func:`multiprocessing.Pipe`."""
-    hub = transport.get_hub()
+    hub = run.hub()
     cid = hub.add_channel(PipeChannel(hub))
     first = Connection(Endpoint(hub.address, cid), 0, True, duplex)
     second = Connection(Endpoint(hub.address, cid), 1, duplex, True)

@@ -1,7 +1,10 @@
-"""The public API as module-level functions, mirroring multiprocessing's context
-(``get_context``, ``set_start_method`` and friends are accepted so that
-``import fiber as multiprocessing`` works; fiber has one start method, ``"fiber"``:
-every process is a job on the selected backend)."""
+"""multiprocessing's module-level functions for fiber: ``get_context``,
+``set_start_method`` and friends, and the context objects they return.
+
+``import fiber as multiprocessing`` works because these accept every start method name
+of multiprocessing; fiber has one way to start a process, ``"fiber"``: every process is
+a job on the selected backend. A context's attributes are the ``fiber`` module's API.
+"""
 
 from __future__ import annotations
 
@@ -9,68 +12,20 @@ import os
 import sys
 from typing import Any
 
-from fiber.config import get_config, init
-from fiber.connection import Pipe
-from fiber.errors import (
-    AuthenticationError,
-    BufferTooShort,
-    ConnectionLostError,
-    ProcessError,
-    ProcessStartError,
-    RemoteError,
-    TimeoutError,
-    WorkerLostError,
-)
-from fiber.managers import (
-    Array,
-    Barrier,
-    BoundedSemaphore,
-    Condition,
-    Event,
-    Lock,
-    Manager,
-    RLock,
-    Semaphore,
-    Value,
-)
-from fiber.meta import meta
-from fiber.pool import Pool as _Pool
-from fiber.process import (
-    Process,
-    _check_not_importing_main,
-    active_children,
-    current_process,
-    parent_process,
-)
-from fiber.queues import JoinableQueue, Queue, SimpleQueue
-from fiber.ring import Ring
+from fiber.runtime import config
 
 START_METHODS = ("fiber", "spawn", "forkserver", "fork")
 
 __all__ = [
-    "Process", "Pool", "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "Manager", "Lock",
-    "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier", "Value",
-    "Array", "Ring", "current_process", "parent_process", "active_children", "cpu_count",
-    "get_context", "set_start_method", "get_start_method", "get_all_start_methods",
-    "freeze_support", "set_executable", "set_forkserver_preload", "allow_connection_pickling",
-    "get_logger", "log_to_stderr", "init", "meta", "get_config_value",
-    "ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError",
-    "ProcessStartError", "ConnectionLostError", "RemoteError", "WorkerLostError",
+    "FiberContext", "START_METHODS", "cpu_count", "get_context", "set_start_method",
+    "get_start_method", "get_all_start_methods", "freeze_support", "set_executable",
+    "set_forkserver_preload", "allow_connection_pickling", "get_config_value",
 ]
-
-
-class Pool(_Pool):
-    __doc__ = _Pool.__doc__
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        # raise here, not in the threads that start the workers (see Process.start)
-        _check_not_importing_main()
-        super().__init__(*args, **kwargs)
 
 
 def get_config_value(name: str) -> Any:
     """fiber extension: the effective value of a setting (``fiber config`` shows all)."""
-    return getattr(get_config(), name)
+    return getattr(config.get_config(), name)
 
 
 def cpu_count() -> int:
@@ -136,7 +91,7 @@ def freeze_support() -> None:
 
 def set_executable(executable: str) -> None:
     """Set the Python executable of jobs (the ``python`` setting)."""
-    init(python=executable)
+    config.init(python=executable)
 
 
 def set_forkserver_preload(module_names: list[str]) -> None:
@@ -145,22 +100,3 @@ def set_forkserver_preload(module_names: list[str]) -> None:
 
 def allow_connection_pickling() -> None:
     """Accepted for compatibility: fiber connections are always picklable."""
-
-
-def get_logger():
-    """The ``fiber`` logger (multiprocessing's is ``multiprocessing``)."""
-    import logging
-
-    return logging.getLogger("fiber")
-
-
-def log_to_stderr(level: int | None = None):
-    import logging
-
-    logger = get_logger()
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("[%(levelname)s/%(processName)s] %(message)s"))
-    logger.addHandler(handler)
-    if level:
-        logger.setLevel(level)
-    return logger

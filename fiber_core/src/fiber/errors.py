@@ -1,29 +1,30 @@
-"""Exceptions of fiber: multiprocessing's own, re-exported, plus fiber's."""
+"""Every exception fiber raises, in one module that imports nothing of fiber, so that
+each layer (the API, the runtime, the wire, the backend contract) can raise and catch
+them without importing another layer.
+
+multiprocessing's own exceptions are re-exported: code that catches
+``multiprocessing.ProcessError`` catches fiber's subclasses too.
+"""
 
 from __future__ import annotations
 
+import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
-
-from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
-from fiber.options import ConfigError
-from fiber.plugins import BackendNotFoundError
 
 __all__ = [
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "JobCreationError",
-    "ProcessError", "ProcessStartError", "RemoteError", "TimeoutError", "WorkerLostError",
+    "ProcessError", "ProcessStartError", "RemoteError", "SerializationError",
+    "TimeoutError", "WorkerLostError",
 ]
 
 
-class ConnectionLostError(ConnectionError):
-    """The process at the other end of a fiber connection went away (it exited, its
-    job was deleted, or its host became unreachable)."""
-
-
+# -- the API and the runtime ------------------------------------------------------------
 class ProcessStartError(ProcessError):
     """A job-backed process ended before it connected back to its parent: its job
-    could not run fiber's bootstrap (wrong image or Python, missing package, ...).
-    ``exitcode``, ``reason`` and ``logs`` say what the backend knows."""
+    could not run fiber's bootstrap (wrong image or Python, missing package, another
+    fiber version, ...). ``exitcode``, ``reason`` and ``logs`` say what the backend
+    knows."""
 
     def __init__(self, message: str, exitcode: int | None = None, reason: str | None = None,
                  logs: str = "") -> None:
@@ -37,6 +38,16 @@ class WorkerLostError(ProcessError):
     """A Pool task failed because every worker that ran it died (a "poison" task)."""
 
 
+# -- the wire -----------------------------------------------------------------------------
+class ConnectionLostError(ConnectionError):
+    """The process at the other end of a fiber connection went away (it exited, its
+    job was deleted, or its host became unreachable)."""
+
+
+class SerializationError(pickle.PicklingError):
+    """An object cannot be sent to another process."""
+
+
 class RemoteError(Exception):
     """An exception raised in another process, carried with its traceback text when
     the exception itself could not be pickled."""
@@ -48,3 +59,25 @@ class RemoteError(Exception):
 
     def __str__(self) -> str:
         return f"{self.args[0]}\n\nRemote traceback:\n{self.traceback_text}"
+
+
+# -- the backend contract -------------------------------------------------------------------
+class ConfigError(ValueError):
+    """A setting is unknown or its value cannot be parsed."""
+
+
+class BackendError(RuntimeError):
+    """Base class of every error a backend raises on purpose."""
+
+
+class JobCreationError(BackendError):
+    """The cluster refused or failed to create a job. The message says why and what
+    to do (for example the scheduler's own error text)."""
+
+
+class ClusterUnreachableError(BackendError):
+    """The cluster manager cannot be reached (no engine, no API server, no host)."""
+
+
+class BackendNotFoundError(LookupError):
+    """The selected backend is not provided by any installed plugin."""

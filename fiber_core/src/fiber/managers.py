@@ -6,7 +6,7 @@ fiber reuses the standard library's manager machinery (``Server``, ``BaseProxy``
 
 * the server runs in a :class:`fiber.Process` (a job on the selected backend) and
   listens on TCP at the address that job's backend says other jobs can reach
-  (:func:`fiber.process.listen_host`, e.g. 127.0.0.1 on the local backend); it reports
+  (:func:`fiber.runtime.run.listen_host`, e.g. 127.0.0.1 on the local backend); it reports
   the bound address back over a fiber Pipe;
 * the authkey is the run's secret (:func:`fiber.auth.get_authkey`), so any process of
   the run can use a proxy it received, on any machine;
@@ -31,7 +31,6 @@ tests/portable/test_managers.py), not a shared-memory access.
 
 from __future__ import annotations
 
-import atexit
 import collections
 import ctypes
 import logging
@@ -48,10 +47,11 @@ from multiprocessing import util as _mpu
 from multiprocessing.sharedctypes import typecode_to_type
 from typing import Any
 
-from fiber import auth
-from fiber import process as _fiber_process  # noqa: F401 - registers its atexit before ours
+from fiber import util
 from fiber.errors import ConnectionLostError, ProcessError
 from fiber.errors import TimeoutError as FiberTimeoutError
+from fiber.runtime import run
+from fiber.wire import auth
 
 __all__ = [
     "BaseManager", "SyncManager", "AsyncManager", "AsyncResult", "BaseProxy", "AutoProxy",
@@ -494,9 +494,7 @@ class BaseManager(_mpm.BaseManager):
     def get_server(self):
         """A server to run in this process (``serve_forever()``)."""
         if self._address is None:
-            from fiber.process import listen_host
-
-            self._address = (listen_host(), 0)
+            self._address = (run.listen_host(), 0)
         return super().get_server()
 
     def start(self, initializer=None, initargs=()) -> None:
@@ -531,6 +529,7 @@ class BaseManager(_mpm.BaseManager):
                   self._shutdown_timeout),
             exitpriority=0)
         _started.add(self)
+        util.at_exit("managers", util.MANAGERS, _shutdown_all)
         logger.debug("%s serving at %s:%s", type(self).__name__, *self._address)
 
     def _await_address(self, reader) -> tuple:
@@ -550,10 +549,8 @@ class BaseManager(_mpm.BaseManager):
     def _run_server(cls, registry, address, authkey, serializer, writer, initializer=None,
                     initargs=()):
         """In the server's job: listen at this job's reachable address."""
-        from fiber.process import listen_host
-
         if address is None:
-            address = (listen_host(), 0)
+            address = (run.listen_host(), 0)
         _share_authkey()
         super()._run_server(registry, address, auth.get_authkey(), serializer, writer,
                             initializer, initargs)
@@ -850,5 +847,3 @@ def _shutdown_all() -> None:
         except Exception:  # noqa: BLE001 - best effort at exit
             logger.debug("shutting down %r failed", manager, exc_info=True)
 
-
-atexit.register(_shutdown_all)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from fiber.options import parse_memory, parse_nonnegative_int, parse_positive_float
+from fiber.backend.options import parse_memory, parse_nonnegative_int, parse_positive_float
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,22 +18,22 @@ import functools
 import itertools
 import logging
 import os
-import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
-from fiber import config, serialization, transport
 from fiber.errors import ProcessStartError, WorkerLostError
-from fiber.pool_results import (
+from fiber.process import Process
+from fiber.runtime import config, run
+from fiber.runtime.pool.results import (
     ApplyResult,
     AsyncResult,
     IMapIterator,
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.pool_worker import (
+from fiber.runtime.pool.worker import (
     CALL,
     MAP,
     READY,
@@ -44,7 +44,8 @@ from fiber.pool_worker import (
     TASKS,
     worker,
 )
-from fiber.process import Process
+from fiber.wire import serialization, transport
+from fiber.wire.protocol import POOL_HEADER as _HEADER
 
 __all__ = ["Pool", "AsyncResult", "ApplyResult", "MapResult", "IMapIterator",
            "IMapUnorderedIterator"]
@@ -54,7 +55,6 @@ logger = logging.getLogger("fiber")
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 MAX_BATCH = 64
 START_FAILURES_LIMIT = 3
-_HEADER = struct.Struct("<QB")  # worker id, line
 _FUNC_CACHE = 256
 
 
@@ -170,6 +170,8 @@ class Pool:
                  initargs: Iterable = (), maxtasksperchild: int | None = None,
                  context=None, *, min_processes: int | None = None,
                  max_processes: int | None = None, max_task_attempts: int | None = None):
+        # raise here, not in the threads that start the workers (see Process.start)
+        run.check_not_importing_main()
         if processes is None:
             processes = os.cpu_count() or 1
         if processes < 1:
@@ -208,7 +210,7 @@ class Pool:
         # tasks held by recently lost workers: their results may still be in flight
         self._lost: collections.OrderedDict[int, dict[int, _Task]] = collections.OrderedDict()
         self._broken: BaseException | None = None
-        self._hub = transport.get_hub()
+        self._hub = run.hub()
         self._cid = self._hub.add_channel(_PoolChannel(self), stream=True)
         self._address = self._hub.stream_address
         # validate what every worker will receive, once, before starting any

@@ -10,67 +10,22 @@ listed in docs/architecture.md.
 
 from __future__ import annotations
 
-import atexit
 import itertools
 import logging
 import os
 import signal
 import sys
 import threading
-import uuid
 import weakref
 
-from fiber import config as _config
+from fiber import util
+from fiber.runtime import run
 
-__all__ = [
-    "Process", "current_process", "parent_process", "active_children", "run_id",
-    "listen_host",
-]
+__all__ = ["Process", "current_process", "parent_process", "active_children"]
 
 _children: set = set()
 _counter = itertools.count(1)
 _lock = threading.Lock()
-_importing_main = False  # set by fiber.bootstrap while the job prepares itself
-
-_IMPORTING_MAIN_MESSAGE = """\
-An attempt has been made to start a new process before the current process has
-finished its bootstrapping phase: this fiber job is still importing the parent's
-__main__ module.
-
-Every fiber job imports the main module of its parent (like multiprocessing's spawn
-start method), so code at the top level of the script runs again in each job. Start
-processes, pools and managers only under the idiom in the main module:
-
-    if __name__ == '__main__':
-        ...
-"""
-
-
-def _check_not_importing_main() -> None:
-    """Raise RuntimeError when called while the job imports its parent's main module
-    (multiprocessing.spawn._check_not_importing_main)."""
-    if _importing_main:
-        raise RuntimeError(_IMPORTING_MAIN_MESSAGE)
-
-
-def run_id() -> str:
-    """The id of this run: every process of one program shares it (job labels)."""
-    value = os.environ.get("_FIBER_RUN")
-    if not value:
-        value = uuid.uuid4().hex[:12]
-        os.environ["_FIBER_RUN"] = value
-    return value
-
-
-def listen_host() -> str:
-    """The address this process's hub binds: the ``listen_address`` setting, else the
-    address the selected backend says its jobs can reach."""
-    cfg = _config.get_config()
-    if cfg.listen_address:
-        return cfg.listen_address
-    from fiber import plugins
-
-    return plugins.get_backend(cfg.backend).listen_address()
 
 
 class Process:
@@ -107,7 +62,7 @@ class Process:
     def run(self) -> None:
         """Method to be run in the job; override it in a subclass."""
         if self._target:
-            from fiber.serialization import rebind_main
+            from fiber.wire.serialization import rebind_main
 
             rebind_main(self._target)(*self._args, **self._kwargs)
 
@@ -120,13 +75,14 @@ class Process:
             "can only start a process object created by current process"
         assert not _current_process._config.get("daemon"), \
             "daemonic processes are not allowed to have children"
-        _check_not_importing_main()
+        run.check_not_importing_main()
         _cleanup()
-        from fiber.popen import JobPopen
+        from fiber.runtime.popen import JobPopen
 
         self._popen = JobPopen(self)
         with _lock:
             _children.add(self)
+        util.at_exit("children", util.CHILDREN, _main_exit)
         del self._target, self._args, self._kwargs
 
     def terminate(self) -> None:
@@ -199,13 +155,13 @@ class Process:
 
     @property
     def authkey(self) -> bytes:
-        from fiber import auth
+        from fiber.wire import auth
 
         return auth.get_authkey()
 
     @authkey.setter
     def authkey(self, authkey: bytes) -> None:
-        from fiber import auth
+        from fiber.wire import auth
 
         auth.set_authkey(authkey)
 
@@ -383,14 +339,9 @@ def active_children() -> list[Process]:
 
 
 def _main_exit() -> None:
-    """atexit in the main process: end children as multiprocessing does, then close
-    the connections."""
-    if _current_process is not _main_process:
-        return
-    _exit_function()
-    from fiber import transport
-
-    transport.shutdown()
+    """The main process's exit step for its children (see :mod:`fiber.util`)."""
+    if _current_process is _main_process:
+        _exit_function()
 
 
 def _exit_function() -> None:
@@ -408,9 +359,7 @@ def _exit_function() -> None:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort
             pass
-    from fiber import popen
+    from fiber.runtime import popen
 
     popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
 
-
-atexit.register(_main_exit)

@@ -15,9 +15,9 @@ from __future__ import annotations
 import queue
 import weakref
 
-from fiber import serialization, transport
-from fiber.endpoint import Endpoint
-from fiber.mailbox import (
+from fiber.runtime import run
+from fiber.runtime.endpoint import Endpoint
+from fiber.runtime.mailbox import (
     ACCEPTED,
     CLOSED,
     EMPTY,
@@ -29,6 +29,8 @@ from fiber.mailbox import (
     encode,
     reader_host,
 )
+from fiber.wire import serialization, transport
+from fiber.wire.protocol import MailboxOp as Op
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
 
@@ -59,7 +61,7 @@ class Queue:
     def __init__(self, maxsize: int = 0, *, ctx=None) -> None:
         if maxsize <= 0:
             maxsize = 0
-        hub = transport.get_hub()
+        hub = run.hub()
         cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))  # its items go with it
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
@@ -96,7 +98,7 @@ class Queue:
         if self._mailbox is not None:
             self._mailbox.put(data, block, timeout)
             return
-        op = b"Q" if isinstance(data, serialization.Shared) else b"P"
+        op = Op.PUT_SHARED if isinstance(data, serialization.Shared) else Op.PUT
         reply = self._endpoint.request(encode(op, wait, data), wait)
         if reply[:1] == FULL:
             raise queue.Full
@@ -108,7 +110,7 @@ class Queue:
         wait = timeout if block else 0.0
         if self._mailbox is not None:
             return serialization.loads(self._mailbox.get(block, timeout))
-        reply = self._endpoint.request(encode(b"G", wait, reader_host()), wait)
+        reply = self._endpoint.request(encode(Op.GET, wait, reader_host()), wait)
         kind = reply[:1]
         if kind == ITEM or kind == SHARED:
             return serialization.loads(memoryview(reply)[1:])
@@ -125,7 +127,7 @@ class Queue:
     def qsize(self) -> int:
         if self._mailbox is not None:
             return len(self._mailbox.items)
-        return int(self._endpoint.request(encode(b"S", 0)))
+        return int(self._endpoint.request(encode(Op.SIZE, 0)))
 
     def empty(self) -> bool:
         return self.qsize() == 0
@@ -156,13 +158,13 @@ class JoinableQueue(Queue):
         if self._mailbox is not None:
             self._mailbox.task_done()
         else:
-            self._endpoint.request(encode(b"D", 0))
+            self._endpoint.request(encode(Op.TASK_DONE, 0))
 
     def join(self) -> None:
         if self._mailbox is not None:
             self._mailbox.join()
         else:
-            self._endpoint.request(encode(b"J", None))
+            self._endpoint.request(encode(Op.JOIN, None))
 
 
 class SimpleQueue(Queue):

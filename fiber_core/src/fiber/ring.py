@@ -105,7 +105,7 @@ SIOCGIFADDR = 0x8915
 def _member(rank: int, world_size: int, reports, inbox, func: Callable,
             initializer: Callable | None, initargs: tuple) -> None:
     """The body of one ring member's job."""
-    from fiber.process import listen_host
+    from fiber.runtime.run import listen_host
 
     host = listen_host()
     port = _free_port(host) if rank == 0 else None

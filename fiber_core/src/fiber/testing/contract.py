@@ -34,7 +34,7 @@ from dataclasses import replace
 import pytest
 
 from fiber.backend import Backend, JobCreationError
-from fiber.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 
 
 class BackendContract:

@@ -29,8 +29,8 @@ from docker import errors as docker_errors
 from docker.types import DeviceRequest, Mount
 
 from fiber.backend import Backend, ClusterUnreachableError, JobCreationError
-from fiber.job import Job, JobSpec, JobState, JobStatus
-from fiber.options import ConfigError
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.options import ConfigError
 from fiber_docker import selfcontainer
 from fiber_docker.status import to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes

@@ -19,8 +19,8 @@ The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
 
 from __future__ import annotations
 
-from fiber.hookspecs import hookimpl
-from fiber.options import ConfigOption, parse_bool
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.options import ConfigOption, parse_bool
 from fiber_docker.backend import DockerBackend
 from fiber_docker.volumes import parse_volumes
 

@@ -21,7 +21,7 @@ import urllib3
 from kubernetes.client.rest import ApiException
 
 from fiber.backend import Backend, BackendError, JobCreationError
-from fiber.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber_k8s import cluster, names
 from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
 from fiber_k8s.status import CONTAINER, container_started, pod_status

@@ -5,8 +5,8 @@ Every setting is prefixed ``kubernetes_`` (environment ``FIBER_KUBERNETES_*``).
 
 from __future__ import annotations
 
-from fiber.hookspecs import hookimpl
-from fiber.options import ConfigOption, parse_bool, parse_list, parse_positive_float
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.options import ConfigOption, parse_bool, parse_list, parse_positive_float
 from fiber_k8s.resources import parse_extra_resources
 from fiber_k8s.settings import (
     parse_host_paths,

@@ -3,8 +3,8 @@ backend and its settings (``slurm_*``, environment ``FIBER_SLURM_*``)."""
 
 from __future__ import annotations
 
-from fiber.hookspecs import hookimpl
-from fiber.options import ConfigOption
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.options import ConfigOption
 from fiber_slurm.backend import SlurmBackend
 from fiber_slurm.options import OPTIONS
 

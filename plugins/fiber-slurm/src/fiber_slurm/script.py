@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from fiber.backend import JobCreationError
-from fiber.job import JobSpec
+from fiber.backend.job import JobSpec
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_LABEL = "fiber.name"

@@ -24,7 +24,7 @@ from typing import Any
 import paramiko
 
 from fiber.backend import Backend, ClusterUnreachableError, JobCreationError
-from fiber.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber_ssh import remote
 from fiber_ssh.connection import HostConnection
 from fiber_ssh.hosts import HostSyntaxError, resolve_hosts

@@ -13,7 +13,7 @@ import logging
 import math
 
 from fiber.backend import ClusterUnreachableError, JobCreationError
-from fiber.job import JobSpec
+from fiber.backend.job import JobSpec
 from fiber_ssh.connection import HostConnection
 
 logger = logging.getLogger("fiber.ssh")

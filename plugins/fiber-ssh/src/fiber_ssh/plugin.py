@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from fiber.hookspecs import hookimpl
-from fiber.options import ConfigOption, parse_bool, parse_list, parse_positive_float
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.options import ConfigOption, parse_bool, parse_list, parse_positive_float
 from fiber_ssh.backend import SSHBackend
 
 

@@ -6,9 +6,9 @@ import os
 import subprocess
 
 from fiber.backend import Backend, JobCreationError
-from fiber.hookspecs import hookimpl
-from fiber.job import Job, JobSpec, JobState, JobStatus
-from fiber.options import ConfigOption
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.options import ConfigOption
 
 
 class ExampleBackend(Backend):

@@ -1,7 +1,7 @@
 """The parent's side of one job-backed process: creating its job, the control
 channel its bootstrap talks to, heartbeats, and turning the job's end into an exit
 code. The counterpart of multiprocessing's Popen classes (poll, wait, terminate,
-kill, sentinel); the child's side is :mod:`fiber.bootstrap`.
+kill, sentinel); the child's side is :mod:`fiber.runtime.bootstrap`.
 """
 
 from __future__ import annotations
@@ -17,27 +17,35 @@ import threading
 import time
 import uuid
 
-from fiber import config, plugins, serialization, transport
+from fiber.backend.job import JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.job import JobSpec, JobState, JobStatus
-from fiber.monitor import monitor_for
+from fiber.runtime import config, run
+from fiber.runtime.monitor import monitor_for
+from fiber.runtime.pipes import recording_transit, release_transit
+from fiber.wire import auth, protocol, serialization, transport
+from fiber.wire.protocol import Control
 
 logger = logging.getLogger("fiber")
 
-HELLO = b"H"
-OUTPUT = b"O"
-WATCH = b"W"
-EXIT = b"X"
-FAILED = b"F"
+#: the module every job runs (``python -m BOOTSTRAP``)
+BOOTSTRAP = "fiber.runtime.bootstrap"
 LOG_TAIL = 4000
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
 
 
-def job_labels() -> dict[str, str]:
-    from fiber.process import run_id
+def _new_process_uid() -> None:
+    """A forked process (a job forked by the local backend's template) is a parent of
+    its own: its jobs get labels of their own."""
+    global _PROCESS_UID
+    _PROCESS_UID = uuid.uuid4().hex[:8]
 
-    return {"fiber.run": run_id(), "fiber.parent": _PROCESS_UID}
+
+os.register_at_fork(after_in_child=_new_process_uid)
+
+
+def job_labels() -> dict[str, str]:
+    return {"fiber.run": run.run_id(), "fiber.parent": _PROCESS_UID}
 
 
 def job_name(process_name: str) -> str:
@@ -69,27 +77,32 @@ class ControlChannel:
         body = payload[1:]
         popen = self.popen
         self.last_seen = time.monotonic()
-        if op == OUTPUT:
+        if op == Control.OUTPUT:
             popen.write_output(bytes(body[:1]), bytes(body[1:]).decode("utf-8", "replace"))
             request.reply(b"")
-        elif op == WATCH:
+        elif op == Control.WATCH:
             previous, self._watch = self._watch, request
             if previous is not None:
                 previous.reply(b"")
             popen.hub.call_later(popen.heartbeat_interval, lambda: self._beat(request))
-        elif op == HELLO:
+        elif op == Control.HELLO:
             if self.peer is not None:
                 request.reply(b"this process is already running", transport.ERROR)
                 return
+            hello = protocol.parse_hello(body)
+            different = protocol.mismatch(hello)
+            if different is not None:
+                popen.wrong_version(different)
+                request.reply(f"refused by the parent: {different}".encode(), transport.ERROR)
+                return
             self.peer = request.peer
-            pid, host = pickle.loads(body)
-            popen.connected(pid, host)
+            popen.connected(int(hello["pid"]), str(hello["host"]))
             request.reply(popen.bundle)
             popen.bundle = b""
-        elif op == EXIT:
+        elif op == Control.EXIT:
             popen.exit_reported = int(pickle.loads(body))
             request.reply(b"")
-        elif op == FAILED:
+        elif op == Control.FAILED:
             popen.failed_to_prepare(bytes(body).decode("utf-8", "replace"))
             request.reply(b"")
         else:
@@ -111,7 +124,7 @@ class JobPopen:
     def __init__(self, process_obj) -> None:
         cfg = config.get_config()
         self.process_name = process_obj.name
-        self.backend = plugins.get_backend(cfg.backend)
+        self.backend = run.backend()
         self.heartbeat_interval = float(cfg.heartbeat_interval)
         self.heartbeat_timeout = float(cfg.heartbeat_timeout)
         self.prefix = bool(cfg.output_prefix)
@@ -129,13 +142,10 @@ class JobPopen:
         self._callbacks: list = []
         self._ending = False  # terminate()/kill() was called
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
-        from fiber.connection import recording_transit, release_transit
-
         with recording_transit() as self._transit:
             payload = serialization.dumps_code(process_obj)
-        self._release_transit = release_transit
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
-        self.hub = transport.get_hub()
+        self.hub = run.hub()
         self.channel = ControlChannel(self)
         self.cid = self.hub.add_channel(self.channel)
         meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
@@ -155,20 +165,17 @@ class JobPopen:
         monitor_for(self.backend).watch(self.job, self._job_ended)
 
     def _job_spec(self, cfg, process_obj, meta: dict) -> JobSpec:
-        from fiber import auth
-        from fiber.process import run_id
-
         env = cfg.child_env()
         env.update({
             "FIBER_BACKEND": cfg.backend,
             "_FIBER_PARENT": self.hub.address,
             "_FIBER_CHANNEL": str(self.cid),
             "_FIBER_AUTHKEY": auth.get_authkey().hex(),
-            "_FIBER_RUN": run_id(),
+            "_FIBER_RUN": run.run_id(),
             "PYTHONUNBUFFERED": "1",
         })
         return JobSpec(
-            command=[cfg.python or sys.executable, "-m", "fiber.bootstrap"],
+            command=[cfg.python or sys.executable, "-m", BOOTSTRAP],
             env=env,
             cwd=os.getcwd(),
             image=cfg.image,
@@ -194,6 +201,15 @@ class JobPopen:
             "preparing to run the process (importing the parent's __main__ module, "
             f"unpickling the process object):\n{text.rstrip()}", 1, "bootstrap failed", text)
         logger.debug("%s", self.start_error)  # the job printed the traceback too
+
+    def wrong_version(self, difference: str) -> None:
+        """The job runs another fiber, protocol or Python: it is refused (and exits)."""
+        job_id = self.job.id if self.job is not None else "(being created)"
+        self.start_error = ProcessStartError(
+            f"{self.process_name}: its {self.backend.name} job {job_id} cannot run this "
+            f"process: {difference}. Jobs must run the same fiber version and Python "
+            "major.minor as the program (see the python and image settings)",
+            None, "version mismatch")
 
     def _check_alive(self) -> None:
         if self._done.is_set():
@@ -229,7 +245,7 @@ class JobPopen:
                 code = 0
             else:
                 code = -signal.SIGKILL
-            if not self._connected and not self._ending:
+            if not self._connected and not self._ending and self.start_error is None:
                 logs = ""
                 try:
                     logs = self.backend.logs(self.job)[-LOG_TAIL:]
@@ -258,7 +274,7 @@ class JobPopen:
                 self._sentinel = (self._sentinel[0], -1)
             callbacks, self._callbacks = self._callbacks, []
         self.hub.remove_channel(self.cid)
-        self._release_transit(self._transit)  # pipe ends it never received
+        release_transit(self._transit)  # pipe ends it never received
         for callback in callbacks:
             try:
                 callback()

@@ -13,7 +13,6 @@ is on this host, and the message is a small descriptor (a :class:`Shared`).
 from __future__ import annotations
 
 import pickle
-import struct
 import sys
 import traceback
 import types
@@ -22,14 +21,14 @@ from typing import Any
 
 import cloudpickle
 
-from fiber import shm
-from fiber.errors import RemoteError
+from fiber.errors import RemoteError, SerializationError
+from fiber.wire import shm
+from fiber.wire.protocol import BODY_LENGTH as _LEN
+from fiber.wire.protocol import BODY_OUT_OF_BAND as _OOB
+from fiber.wire.protocol import BODY_SHARED as _SHM
 
 PROTOCOL = 5
 OOB_THRESHOLD = 64 * 1024
-_OOB = b"\x01"  # in-band messages are plain pickles (they start with b"\x80")
-_SHM = b"\x02"  # buffers in a shared-memory segment
-_LEN = struct.Struct("<Q")
 
 
 class Shared(bytes):
@@ -37,10 +36,6 @@ class Shared(bytes):
     unlinked by whoever drops the message (see :func:`discard`)."""
 
     __slots__ = ()
-
-
-class SerializationError(pickle.PicklingError):
-    """An object cannot be sent to another process."""
 
 
 def _pickle(obj: Any, buffers: list | None) -> bytes:

@@ -35,23 +35,31 @@ import os
 import select
 import selectors
 import socket
-import struct
 import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fiber import auth
 from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.wire import auth
+from fiber.wire.framing import check_reply, request_frame
+from fiber.wire.protocol import (
+    AUTH1,
+    AUTH3,
+    AUTH_TIMEOUT,
+    CONNECT_TIMEOUT,
+    ERROR,
+    OK,
+)
+from fiber.wire.protocol import STREAM_FRAME as _FRAME
+from fiber.wire.protocol import STREAM_SCHEME as SCHEME
 
 if TYPE_CHECKING:
-    from fiber.transport import Hub
+    from fiber.wire.transport import Hub
 
 logger = logging.getLogger("fiber")
 
-SCHEME = "stream://"
-_FRAME = struct.Struct("<QI")  # body length, line
 _HANDSHAKE_MAX = 1024
 _READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
 _BIG = 1 << 20  # frames from this size are read straight into their own buffer
@@ -118,7 +126,7 @@ def _frame(line: int, body: bytes) -> bytes:
 # -- the listening side ---------------------------------------------------------------
 class StreamRequest:
     """A request received on a stream connection; same interface as
-    :class:`fiber.transport.Request`."""
+    :class:`fiber.wire.transport.Request`."""
 
     __slots__ = ("_conn", "_line", "peer", "answered", "__weakref__")
 
@@ -330,28 +338,26 @@ class StreamListener:
     def _handshake(self, sock: socket.socket) -> None:
         """The hub's half of the mutual challenge, on a thread of its own so that a
         slow or silent client cannot stall the others."""
-        from fiber import transport
-
         key = self._hub.authkey
         try:
             sock.setblocking(True)
-            sock.settimeout(transport.AUTH_TIMEOUT)
+            sock.settimeout(AUTH_TIMEOUT)
             _nodelay(sock)
             line, data = _read_frame_blocking(sock, _HANDSHAKE_MAX)
-            if data[:2] != transport.AUTH1 or len(data) != 2 + auth.NONCE_SIZE:
+            if data[:2] != AUTH1 or len(data) != 2 + auth.NONCE_SIZE:
                 raise AuthenticationError("bad first message")
             nonce = auth.new_nonce()
-            sock.sendall(_frame(line, transport.OK + nonce
+            sock.sendall(_frame(line, OK + nonce
                                 + auth.answer(key, b"hub", data[2:])))
             line, data = _read_frame_blocking(sock, _HANDSHAKE_MAX)
-            if data[:2] != transport.AUTH3 or not auth.verify(key, b"client", nonce, data[2:]):
+            if data[:2] != AUTH3 or not auth.verify(key, b"client", nonce, data[2:]):
                 raise AuthenticationError("wrong answer")
-            sock.sendall(_frame(line, transport.OK))
+            sock.sendall(_frame(line, OK))
         except (OSError, AuthenticationError) as exc:
             logger.warning("rejected a stream connection that did not prove the run's "
                            "secret (%s)", exc)
             try:
-                sock.sendall(_frame(0, transport.ERROR + b"authentication failed"))
+                sock.sendall(_frame(0, ERROR + b"authentication failed"))
             except OSError:
                 pass
             sock.close()
@@ -516,19 +522,17 @@ class StreamListener:
 # -- the connecting side --------------------------------------------------------------
 class StreamClient:
     """A connection to a hub's stream listener, with the interface of
-    :class:`fiber.transport.Client` (``request``, ``context``, ``lost``, ``close``)."""
+    :class:`fiber.wire.transport.Client` (``request``, ``context``, ``lost``, ``close``)."""
 
     def __init__(self, address: str, authkey: bytes | None = None,
                  on_lost: Callable[[], None] | None = None) -> None:
-        from fiber import transport
-
         self.address = address
         self._key = authkey or auth.get_authkey()
         self._on_lost = on_lost
         self.lost = False
         host, port, local = _split(address)
         try:
-            self._sock = _connect(host, port, local, transport.CONNECT_TIMEOUT)
+            self._sock = _connect(host, port, local, CONNECT_TIMEOUT)
         except OSError as exc:
             raise ConnectionLostError(
                 f"cannot connect to the fiber process at {address}: {exc} "
@@ -547,21 +551,19 @@ class StreamClient:
         self._default_lock = threading.Lock()
 
     def _handshake(self) -> None:
-        from fiber import transport
-
         try:
             nonce = auth.new_nonce()
-            self._sock.sendall(_frame(0, transport.AUTH1 + nonce))
+            self._sock.sendall(_frame(0, AUTH1 + nonce))
             _, reply = _read_frame_blocking(self._sock, _HANDSHAKE_MAX)
-            if reply[:1] != transport.OK or not auth.verify(
+            if reply[:1] != OK or not auth.verify(
                     self._key, b"hub", nonce, reply[1 + auth.NONCE_SIZE:]):
                 raise AuthenticationError(
                     f"the process at {self.address} does not hold this run's secret")
             hub_nonce = reply[1:1 + auth.NONCE_SIZE]
-            self._sock.sendall(_frame(0, transport.AUTH3
+            self._sock.sendall(_frame(0, AUTH3
                                       + auth.answer(self._key, b"client", hub_nonce)))
             _, reply = _read_frame_blocking(self._sock, _HANDSHAKE_MAX)
-            if reply[:1] != transport.OK:
+            if reply[:1] != OK:
                 raise AuthenticationError(
                     f"the process at {self.address} rejected this run's secret")
         except OSError as exc:
@@ -705,7 +707,7 @@ def _timeout(address: str, timeout: float | None) -> ConnectionLostError:
 
 class StreamContext:
     """An independent request line on a :class:`StreamClient` (same interface as
-    :class:`fiber.transport.ClientContext`)."""
+    :class:`fiber.wire.transport.ClientContext`)."""
 
     def __init__(self, client: StreamClient, line: int) -> None:
         self._client = client
@@ -716,15 +718,11 @@ class StreamContext:
         return self.recv(timeout)
 
     def send(self, channel: int, payload: bytes) -> None:
-        from fiber import transport
-
-        self._client._send(self._line, transport.Client.frame(channel, payload))
+        self._client._send(self._line, request_frame(channel, payload))
 
     def recv(self, timeout: float | None = None) -> bytes:
-        from fiber import transport
-
         reply = self._client._wait(self._line, timeout)
-        return transport.check_reply(reply, self._client.address)
+        return check_reply(reply, self._client.address)
 
     def close(self) -> None:
         self._client._forget(self._line)

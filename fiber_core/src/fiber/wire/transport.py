@@ -20,7 +20,6 @@ import collections
 import heapq
 import itertools
 import logging
-import struct
 import threading
 import time
 import weakref
@@ -29,8 +28,21 @@ from typing import Protocol
 
 import pynng
 
-from fiber import auth
+from fiber import util
 from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.wire import auth
+from fiber.wire.framing import check_reply, request_frame
+from fiber.wire.protocol import (
+    AUTH1,
+    AUTH3,
+    AUTH_TIMEOUT,
+    CONNECT_TIMEOUT,
+    ERROR,
+    GONE,
+    MSG,
+    OK,
+)
+from fiber.wire.protocol import CHANNEL as _CHANNEL
 
 logger = logging.getLogger("fiber")
 
@@ -59,15 +71,6 @@ class _Context(pynng.Context):
         ms = -1 if seconds is None else max(1, int(seconds * 1000))
         pynng.check_err(pynng.lib.nng_ctx_set_ms(self.context, b"recv-timeout", ms))
 
-_CHANNEL = struct.Struct("<Q")
-MSG = b"M"
-AUTH1 = b"A1"
-AUTH3 = b"A3"
-OK = b"\x00"
-ERROR = b"\x01"
-GONE = b"\x02"
-AUTH_TIMEOUT = 10.0
-CONNECT_TIMEOUT = 10.0
 
 
 class Request:
@@ -294,7 +297,7 @@ class Hub:
         which serves the channels added with ``stream=True``; started on first use."""
         with self._lock:
             if self._stream is None:
-                from fiber.stream import StreamListener
+                from fiber.wire.stream import StreamListener
 
                 self._stream = StreamListener(self, self.host)
             return self._stream.address
@@ -387,9 +390,7 @@ class Client:
         if self._on_lost is not None:
             self._on_lost()
 
-    @staticmethod
-    def frame(channel: int, payload: bytes) -> bytes:
-        return MSG + _CHANNEL.pack(channel) + payload
+    frame = staticmethod(request_frame)
 
     def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
         """Send a request and return the reply's payload (status checked)."""
@@ -429,21 +430,6 @@ class Client:
         _close_all(self._contexts, self._sock)
 
 
-def check_reply(reply: bytes, address: str) -> bytes:
-    status = reply[:1]
-    if status == OK:
-        return reply[1:]
-    if status == GONE:
-        raise ConnectionLostError(f"the object at {address} no longer exists")
-    from fiber.serialization import unpack_exception
-
-    try:
-        exc = unpack_exception(reply[1:])
-    except Exception:  # noqa: BLE001 - the hub sent a plain message
-        exc = ConnectionLostError(reply[1:].decode("utf-8", "replace"))
-    raise exc
-
-
 class ClientContext:
     """An independent request line on a client (several may wait at once)."""
 
@@ -481,16 +467,13 @@ _clients: dict[str, Client] = {}
 _registry_lock = threading.Lock()
 
 
-def get_hub(host: str | None = None) -> Hub:
+def get_hub(host: str) -> Hub:
     """This process's hub for ``host`` (the listen address), created on first use."""
-    if host is None:
-        from fiber import process
-
-        host = process.listen_host()
     with _registry_lock:
         hub = _hubs.get(host)
         if hub is None:
             hub = _hubs[host] = Hub(host)
+            util.at_exit("connections", util.CONNECTIONS, shutdown)
         return hub
 
 
@@ -502,13 +485,14 @@ def get_client(address: str) -> Client:
         if client is not None and not client.lost:
             return client
     if address.startswith("stream://"):
-        from fiber.stream import StreamClient
+        from fiber.wire.stream import StreamClient
 
         client = StreamClient(address)
     else:
         client = Client(address)
     with _registry_lock:
         _clients[address] = client
+    util.at_exit("connections", util.CONNECTIONS, shutdown)
     return client
 
 

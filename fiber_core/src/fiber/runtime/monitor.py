@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable
 
 from fiber.backend import Backend
-from fiber.job import Job, JobStatus
+from fiber.backend.job import Job, JobStatus
 
 logger = logging.getLogger("fiber")
 

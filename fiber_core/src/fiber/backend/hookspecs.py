@@ -9,8 +9,8 @@ names a module (or object) implementing some of the hooks below, marked with
 
 and in ``fiber_mycluster/plugin.py``::
 
-    from fiber.hookspecs import hookimpl
-    from fiber.options import ConfigOption
+    from fiber.backend.hookspecs import hookimpl
+    from fiber.backend.options import ConfigOption
     from .backend import MyClusterBackend
 
     @hookimpl
@@ -22,13 +22,16 @@ and in ``fiber_mycluster/plugin.py``::
         return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
 
 The backend class implements :class:`fiber.backend.Backend` (create_job, status,
-terminate; optionally poll, wait, logs, listen_address, release, list_jobs, close) on
-the types of :mod:`fiber.job` (JobSpec, Job, JobStatus, JobState). Those three modules
-and this one are the whole public contract: a plugin never imports anything else from
-fiber. :mod:`fiber.testing.contract` is a test suite every backend runs against itself.
+terminate; optionally poll, wait, logs, listen_address, expect_jobs, release,
+list_jobs, close) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
+JobState). The package :mod:`fiber.backend` exports all of them: it is the whole public
+contract, and a plugin never imports anything else from fiber.
+:mod:`fiber.testing.contract` is a test suite every backend runs against itself.
 
-The built-in ``local`` backend (:mod:`fiber.local_backend`) registers through these
-same hooks.
+A plugin module is imported by every fiber process that reads its settings, jobs
+included: keep it light, and import the cluster's client library only in the factory
+(as above). The built-in ``local`` backend (:mod:`fiber.backend.local`) registers
+through these same hooks.
 """
 
 from __future__ import annotations
@@ -38,8 +41,8 @@ from typing import Any
 
 import pluggy
 
-from fiber.backend import Backend
-from fiber.options import ConfigOption
+from fiber.backend.base import Backend
+from fiber.backend.options import ConfigOption
 
 PROJECT_NAME = "fiber"
 

@@ -4,7 +4,7 @@ Modelled on multiprocessing's Popen classes: the API layer (``fiber.Process``,
 ``fiber.Pool``, ...) talks only to this interface; each backend is one small adapter
 behind it. A backend instance is created once per process per backend name, with the
 effective settings (a plain mapping of option name to typed value, see
-:func:`fiber.hookspecs.fiber_config_options`), and must be safe to call from several
+:func:`fiber.backend.hookspecs.fiber_config_options`), and must be safe to call from several
 threads at once.
 """
 
@@ -15,20 +15,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fiber.job import Job, JobSpec, JobStatus
+from fiber.backend.job import Job, JobSpec, JobStatus
+from fiber.errors import BackendError, ClusterUnreachableError, JobCreationError
 
-
-class BackendError(RuntimeError):
-    """Base class of every error a backend raises on purpose."""
-
-
-class JobCreationError(BackendError):
-    """The cluster refused or failed to create a job. The message says why and what
-    to do (for example the scheduler's own error text)."""
-
-
-class ClusterUnreachableError(BackendError):
-    """The cluster manager cannot be reached (no engine, no API server, no host)."""
+__all__ = ["Backend", "BackendError", "ClusterUnreachableError", "JobCreationError"]
 
 
 class Backend(abc.ABC):
@@ -37,7 +27,8 @@ class Backend(abc.ABC):
     Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
     cluster can answer for many jobs in one call), :meth:`wait`, :meth:`logs`,
-    :meth:`listen_address`, :meth:`release`, :meth:`list_jobs`, :meth:`close`.
+    :meth:`listen_address`, :meth:`expect_jobs`, :meth:`release`, :meth:`list_jobs`,
+    :meth:`close`.
     """
 
     #: the name users select the backend by (``FIBER_BACKEND=name``)
@@ -98,6 +89,12 @@ class Backend(abc.ABC):
         core binds its listening sockets there unless the user sets
         ``listen_address``."""
         return "127.0.0.1"
+
+    def expect_jobs(self) -> None:
+        """Called once in a program's main process when it prepares to create jobs (it
+        opens its listening socket), before the first :meth:`create_job`: a backend may
+        start now what its jobs will need, in parallel with the rest of the set-up."""
+        return None
 
     def release(self, job: Job) -> None:
         """Free what the cluster keeps of an ended job (remove a container, a pod, a

@@ -4,7 +4,7 @@ Precedence: ``fiber.init(key=value)`` in code, then the environment variable
 ``FIBER_<KEY>``, then a ``.fiberconfig`` file (INI, section ``[default]``; the one in
 the working directory beats the one in the home directory, and ``FIBER_CONFIG_FILE``
 names another), then the option's default. Unknown keys and bad values raise
-:class:`fiber.options.ConfigError` naming the key, the value and where it came from.
+:class:`fiber.errors.ConfigError` naming the key, the value and where it came from.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fiber.hookspecs import hookimpl
-from fiber.options import (
+from fiber.backend import registry
+from fiber.backend.options import (
     ConfigError,
     ConfigOption,
     parse_bool,
@@ -59,11 +59,6 @@ CORE_OPTIONS = [
                  "times a Pool task may lose its worker before it fails"),
     ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),
 ]
-
-
-@hookimpl
-def fiber_config_options() -> list[ConfigOption]:
-    return CORE_OPTIONS
 
 
 @dataclass
@@ -138,9 +133,7 @@ def _unknown(key: str, source: str, options: Mapping[str, ConfigOption]) -> Conf
 
 def load(code_settings: Mapping[str, Any] | None = None) -> Config:
     """Compute the effective settings from defaults, files, environment and code."""
-    from fiber import plugins
-
-    options = {opt.name: opt for opt in plugins.config_options()}
+    options = {opt.name: opt for opt in [*CORE_OPTIONS, *registry.config_options()]}
     cfg = Config(options=options)
     for name, opt in options.items():
         cfg.values[name] = opt.default
@@ -181,8 +174,6 @@ def init(**settings: Any) -> Config:
     """Set settings in code (they beat the environment and files) and return the
     effective configuration. ``fiber.init(backend="docker", image="myimg")``."""
     global _current
-    from fiber import plugins
-
     with _lock:
         merged = dict(_code_settings)
         merged.update(settings)
@@ -190,7 +181,7 @@ def init(**settings: Any) -> Config:
         _code_settings.clear()
         _code_settings.update(merged)
         if _current is not None and _current.values != cfg.values:
-            plugins.reset_instances()
+            registry.reset_instances()
         _current = cfg
         return cfg
 

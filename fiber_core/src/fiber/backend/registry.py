@@ -1,18 +1,28 @@
 """Finding backends: the pluggy plugin manager, entry-point discovery and the
-per-process cache of backend instances."""
+per-process cache of backend instances.
+
+Loading the plugins imports each plugin's entry-point module (which declares its
+settings and backends and should import nothing heavy); a backend's factory, and so
+its cluster's client library, runs only when that backend is used."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import pluggy
 
-from fiber import hookspecs
-from fiber.backend import Backend
-from fiber.options import ConfigOption
+from fiber.backend import hookspecs
+from fiber.backend.base import Backend
+from fiber.backend.options import ConfigOption
+from fiber.errors import BackendNotFoundError
+
+__all__ = ["BackendInfo", "BackendNotFoundError", "backends", "config_options",
+           "get_backend", "plugin_manager", "reset", "reset_instances"]
 
 logger = logging.getLogger("fiber")
 
@@ -27,10 +37,6 @@ KNOWN_BACKEND_PACKAGES = {
     "kubernetes": "fiber-k8s",
     "k8s": "fiber-k8s",
 }
-
-
-class BackendNotFoundError(LookupError):
-    """The selected backend is not provided by any installed plugin."""
 
 
 @dataclass(frozen=True)
@@ -54,9 +60,6 @@ def plugin_manager() -> pluggy.PluginManager:
         if _manager is None:
             pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
             pm.add_hookspecs(hookspecs)
-            from fiber import config
-
-            pm.register(config, name="fiber.config")
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
             _manager = pm
         return _manager
@@ -99,8 +102,9 @@ def config_options() -> list[ConfigOption]:
     return options
 
 
-def get_backend(name: str, options: dict | None = None) -> Backend:
-    """The backend instance named ``name`` for this process (created on first use)."""
+def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
+    """The backend instance named ``name`` for this process, created on first use
+    with the effective settings ``options``."""
     with _lock:
         instance = _instances.get(name)
         if instance is not None:
@@ -118,10 +122,6 @@ def get_backend(name: str, options: dict | None = None) -> Backend:
                 f"no installed plugin provides the fiber backend {name!r} "
                 f"(installed backends: {installed}); {hint}"
             )
-        if options is None:
-            from fiber import config
-
-            options = config.get_config().as_dict()
         instance = info.factory(options)
         if not getattr(instance, "name", ""):
             instance.name = name

@@ -17,21 +17,20 @@ from __future__ import annotations
 import collections
 import logging
 import pickle
-import struct
 
-from fiber import serialization, transport
 from fiber.errors import ConnectionLostError
+from fiber.wire import serialization, transport
+from fiber.wire.protocol import POOL_HEADER as _HEADER
+from fiber.wire.protocol import PoolOp, TaskKind
 
 logger = logging.getLogger(__name__)
 
-READY = b"R"
-RESULTS = b"D"
-STARTED = b"B"  # the worker begins a batch of suspect tasks
-STOP = b"S"
-TASKS = b"T"
-_HEADER = struct.Struct("<QB")  # worker id, line
-
-CALL, MAP, STARMAP = 0, 1, 2
+READY = PoolOp.READY
+RESULTS = PoolOp.RESULTS
+STARTED = PoolOp.STARTED
+STOP = PoolOp.STOP
+TASKS = PoolOp.TASKS
+CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
 
 
 def load_functions(batch, funcs: dict) -> None:

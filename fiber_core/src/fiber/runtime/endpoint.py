@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import threading
 
-from fiber import shm, transport
+from fiber.runtime.mailbox import encode, parse_owner
+from fiber.wire import shm, transport
+from fiber.wire.protocol import MailboxOp
 
 # A remote wait with a timeout is timed out by the owner; this much longer the
 # caller waits for the owner's answer before it calls the connection lost.
@@ -47,10 +49,8 @@ class Endpoint:
         if self._local is not None:
             return os.getpid()
         if self._shm_owner is False:
-            from fiber.mailbox import encode, parse_owner
-
             try:
-                owner = parse_owner(self.request(prefix + encode(b"H", 0)))
+                owner = parse_owner(self.request(prefix + encode(MailboxOp.OWNER, 0)))
             except Exception:  # noqa: BLE001 - an owner that cannot tell: send bytes
                 owner = None
             self._shm_owner = owner

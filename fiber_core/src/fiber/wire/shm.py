@@ -25,7 +25,7 @@ it is closed, or the reader is on another host and gets the bytes inline). A poo
 segment is unlinked by its sender at exit when free, else by the last user after the
 sender is gone (the receiver releasing its arrays, the mailbox dropping the message).
 What a killed process leaves behind (a sender's free segments, a dead mailbox's
-messages) is removed by :func:`sweep`, which runs at the main process's exit and every
+messages) is removed by :func:`sweep`, which runs at the main process's exit (:mod:`fiber.util`'s exit path) and every
 :data:`SWEEP_INTERVAL` seconds in a process that creates segments.
 
 "Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
@@ -35,7 +35,6 @@ messages) is removed by :func:`sweep`, which runs at the main process's exit and
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import logging
 import mmap
@@ -46,6 +45,8 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
+
+from fiber import util
 
 logger = logging.getLogger("fiber.shm")
 
@@ -66,7 +67,6 @@ _token: bytes | None = None
 _token_known = False
 _last_sweep = 0.0
 _used = False  # this process made, opened or kept a segment
-exit_hooks: list = []  # run at exit before this process's pool is closed (mailboxes)
 
 
 class SegmentError(OSError):
@@ -185,8 +185,7 @@ def write(owner_pid: int, buffers: Sequence[memoryview]) -> tuple[str, list[int]
     """Put ``buffers`` into a segment for a mailbox of process ``owner_pid``; the
     segment's name and the buffers' offsets, or None when shared memory cannot take
     them (full, missing), in which case the caller sends bytes."""
-    global _used
-    _used = True
+    _mark_used()
     _maybe_sweep()
     buffers = [_as_bytes(b) for b in buffers]
     offsets, total = layout([b.nbytes for b in buffers])
@@ -279,8 +278,7 @@ def attach(name: str, size: int) -> mmap.mmap:
     """Map the ``size`` bytes of segment ``name`` of a received message: a one-off
     segment is unlinked at once, a pooled one is locked and marked taken until the
     mapping is garbage collected."""
-    global _used
-    _used = True
+    _mark_used()
     if not _NAME.match(name):
         raise SegmentError(f"not a fiber shared-memory segment name: {name!r}")
     try:
@@ -463,27 +461,17 @@ def _forget_pool_after_fork() -> None:
 os.register_at_fork(after_in_child=_forget_pool_after_fork)
 
 
-def _at_exit() -> None:
-    # Only the main process of a run gets here (fiber children leave by os._exit).
-    # Its mailboxes' segments are removed by their finalizers; the ones of children
-    # that are gone are removed here, once the children have been joined (which
-    # fiber.process's own exit handler, registered before this one, would do later).
+def _mark_used() -> None:
+    """This process made or mapped a segment: clean up at its exit."""
+    global _used
     if not _used:
-        return  # this process never saw a segment
-    try:
-        from fiber import process
+        _used = True
+        util.at_exit("shared memory", util.SHARED_MEMORY, _at_exit)
 
-        if process._current_process is process._main_process:
-            process._exit_function()
-    except Exception:  # noqa: BLE001 - best effort at exit
-        logger.debug("joining children before the last sweep failed", exc_info=True)
-    for hook in list(exit_hooks):
-        try:
-            hook()
-        except Exception:  # noqa: BLE001
-            logger.debug("shared-memory exit hook failed", exc_info=True)
+
+def _at_exit() -> None:
+    # Only the main process of a run gets here (fiber children leave by os._exit), in
+    # the exit path's order: after its children were joined and its mailboxes dropped
+    # their unread items (see fiber.util).
     close_pool()
     sweep()
-
-
-atexit.register(_at_exit)

@@ -20,23 +20,25 @@ from __future__ import annotations
 import collections
 import os
 import queue
-import struct
 import threading
 import weakref
 
-from fiber import serialization, shm, transport
-from fiber.serialization import Shared
+from fiber import util
+from fiber.wire import serialization, shm, transport
+from fiber.wire.protocol import MAILBOX_HEADER as _HEADER
+from fiber.wire.protocol import MailboxOp as Op
+from fiber.wire.protocol import MailboxReply
+from fiber.wire.serialization import Shared
 
-_HEADER = struct.Struct("<cd")  # op, timeout (< 0: forever, 0: do not wait)
 HEADER_SIZE = _HEADER.size
 
 # reply kinds
-ITEM = b"I"
-EMPTY = b"E"
-ACCEPTED = b"A"
-FULL = b"F"
-CLOSED = b"C"
-SHARED = b"M"  # an item whose buffers are in a shared-memory segment
+ITEM = MailboxReply.ITEM
+EMPTY = MailboxReply.EMPTY
+ACCEPTED = MailboxReply.ACCEPTED
+FULL = MailboxReply.FULL
+CLOSED = MailboxReply.CLOSED
+SHARED = MailboxReply.SHARED
 
 
 def reader_host() -> bytes:
@@ -86,9 +88,6 @@ def _drop_all() -> None:
         mailbox._finalizer()
 
 
-shm.exit_hooks.append(_drop_all)
-
-
 class _Waiter:
     __slots__ = ("request", "item", "done", "result", "host")
 
@@ -119,6 +118,8 @@ class Mailbox:
         self.cond = threading.Condition(self.lock)
         # unread shared-memory items are unlinked when the mailbox goes
         self._finalizer = weakref.finalize(self, _discard_all, self.items, self._putters)
+        if not _mailboxes:
+            util.at_exit("mailboxes", util.MAILBOXES, _drop_all)
         _mailboxes.add(self)
 
     def discard(self) -> None:
@@ -267,7 +268,7 @@ class Mailbox:
     def handle(self, request: transport.Request, op: bytes, timeout: float | None,
                data: memoryview) -> None:
         with self.lock:
-            if op == b"G":
+            if op == Op.GET:
                 host = bytes(data)
                 if self.items:
                     item = self._take()
@@ -283,8 +284,8 @@ class Mailbox:
                     self._getters.append(waiter)
                     if timeout is not None:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
-            elif op == b"P" or op == b"Q":  # Q: the item is shared (a descriptor)
-                item = Shared(data) if op == b"Q" else bytes(data)
+            elif op == Op.PUT or op == Op.PUT_SHARED:  # Q: the item is shared (a descriptor)
+                item = Shared(data) if op == Op.PUT_SHARED else bytes(data)
                 if self.reader_closed:
                     request.reply(CLOSED)
                 elif not self._full():
@@ -297,7 +298,7 @@ class Mailbox:
                     self._putters.append(waiter)
                     if timeout is not None:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, FULL))
-            elif op == b"L":  # poll: is there something to read?
+            elif op == Op.POLL:  # poll: is there something to read?
                 if self.items or self.closed or timeout == 0:
                     request.reply(ITEM if (self.items or self.closed) else EMPTY)
                 else:
@@ -305,20 +306,20 @@ class Mailbox:
                     self._pollers.append(waiter)  # polls do not take items
                     if timeout is not None:
                         self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
-            elif op == b"S":
+            elif op == Op.SIZE:
                 request.reply(str(len(self.items)).encode())
-            elif op == b"H":  # may the writer put shared-memory items?
+            elif op == Op.OWNER:  # may the writer put shared-memory items?
                 request.reply(owner_answer())
-            elif op == b"D":
+            elif op == Op.TASK_DONE:
                 try:
                     self._task_done()
                 except ValueError as exc:
-                    from fiber.serialization import pack_exception
+                    from fiber.wire.serialization import pack_exception
 
                     request.reply(pack_exception(exc), transport.ERROR)
                     return
                 request.reply(b"")
-            elif op == b"J":
+            elif op == Op.JOIN:
                 if self.unfinished == 0:
                     request.reply(b"")
                 else:

@@ -1,4 +1,4 @@
-"""The local backend's template process: ``python -m fiber.forkserver FD``.
+"""The local backend's template process: ``python -m fiber.backend.local.forkserver FD``.
 
 Starting a job by forking this pre-imported interpreter costs a few milliseconds and
 shares its memory copy-on-write, where starting a new interpreter costs ~100 ms of CPU
@@ -7,19 +7,19 @@ about a second. The template is single-threaded and never opens an nng socket (n
 not fork-safe); it serves one connection from its backend: the Unix socket ``FD``, one
 end of a socket pair the backend made (no file, nothing to wait for). Before serving
 it also does, once, the work every job would repeat: loading the installed plugins
-(their entry points) and the modules a job imports to connect back and run a Pool
-worker. It does not run the parent's main module nor the non-standard modules it
-imports (a job runs them itself, as multiprocessing's spawn does), but it caches the
-compiled code of those whose bytecode cache is missing or stale (the job then skips
-compiling an unchanged source file, as if a valid ``.pyc`` were there), and it imports
-the standard library modules the parent has imported (fork-safe, no third-party
-state shared between jobs). The protocol:
+(their entry points) and importing the modules of fiber and of the standard library
+that the parent has imported (fork-safe, no third-party state shared between jobs).
+It does not run the parent's main module nor the other modules it imports (a job runs
+them itself, as multiprocessing's spawn does), but it caches the compiled code of
+those whose bytecode cache is missing or stale (the job then skips compiling an
+unchanged source file, as if a valid ``.pyc`` were there). The protocol:
 
-* ``("preload", stdlib, sources)`` (first, see :func:`preload_plan`): import the
-  ``stdlib`` modules, compile the files of the ``sources`` modules; no answer.
-* ``("spawn", key, env, cwd, log_path)`` forks a child in a new session that runs
-  :func:`fiber.bootstrap.main` with exactly ``env``, in ``cwd``, its output in
-  ``log_path``; answers ``("spawned", key, pid)`` or ``("failed", key, message)``.
+* ``("preload", modules, sources)`` (first, see :func:`preload_plan`): import the
+  ``modules``, compile the files of the ``sources`` modules; no answer.
+* ``("spawn", key, module, env, cwd, log_path)`` imports ``module`` here (once), then
+  forks a child in a new session that runs it as ``python -m module`` would, with
+  exactly ``env``, in ``cwd``, its output in ``log_path``; answers
+  ``("spawned", key, pid)`` or ``("failed", key, message)``.
 * When a child ends it sends ``("exited", pid, returncode)`` (negative signal number
   for a signal), as :class:`subprocess.Popen` would report it.
 
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import runpy
 import selectors
 import signal
 import socket
@@ -39,11 +40,10 @@ import traceback
 import types
 import warnings
 
-import fiber.bootstrap  # noqa: F401 - pre-import what every job needs
-
-# Modules jobs import after they start (module names may change; absent ones are fine).
-_PRELOAD = ("fiber.pool_worker", "fiber.stream", "fiber.local_backend", "pkgutil",
-            "encodings.idna")
+# Standard modules jobs import after they start (absent ones are fine).
+_PRELOAD = ("pkgutil", "encodings.idna")
+# The package whose modules the template imports when the parent has (fiber's own).
+_OWN_PACKAGE = __name__.split(".")[0]
 
 _LEN = struct.Struct("<I")
 
@@ -69,8 +69,8 @@ def recv_message(sock: socket.socket, buffer: bytearray) -> list:
     return messages
 
 
-def _child(closables: list, pipe_fds: tuple[int, int], env: dict, cwd: str | None,
-           log_path: str) -> None:
+def _child(closables: list, pipe_fds: tuple[int, int], module: str, env: dict,
+           cwd: str | None, log_path: str) -> None:
     """In the forked child: become the job."""
     code = 1
     try:
@@ -82,11 +82,6 @@ def _child(closables: list, pipe_fds: tuple[int, int], env: dict, cwd: str | Non
             closable.close()
         for fd in pipe_fds:
             os.close(fd)
-        import uuid
-
-        from fiber import popen
-
-        popen._PROCESS_UID = uuid.uuid4().hex[:8]  # each job is its own parent
         os.setsid()
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         null = os.open(os.devnull, os.O_RDONLY)
@@ -101,9 +96,9 @@ def _child(closables: list, pipe_fds: tuple[int, int], env: dict, cwd: str | Non
             os.chdir(cwd)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        from fiber import bootstrap
-
-        code = bootstrap.main()
+        sys.argv = [module]
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001 - report, then exit like an interpreter would
@@ -117,9 +112,9 @@ def _child(closables: list, pipe_fds: tuple[int, int], env: dict, cwd: str | Non
 
 
 def preload() -> None:
-    """Do once here what every job would do: import fiber's modules and load the
-    plugins (scanning the installed distributions' entry points takes milliseconds).
-    Failures are left for the jobs, which report them to their parent."""
+    """Do once here what every job would do: import the standard modules jobs use and
+    load the plugins (scanning the installed distributions' entry points takes
+    milliseconds). Failures are left for the jobs, which report them to their parent."""
     import importlib
 
     for name in _PRELOAD:
@@ -128,9 +123,9 @@ def preload() -> None:
         except ImportError:
             pass
     try:
-        from fiber import plugins
+        from fiber.backend import registry  # the backend's own package
 
-        plugins.plugin_manager()
+        registry.plugin_manager()
     except Exception:  # noqa: BLE001 - a broken plugin fails in the job, reported there
         pass
 
@@ -159,9 +154,9 @@ def _stale_bytecode(source: str) -> bool:
 
 
 def preload_plan(modules: dict | None = None) -> tuple[list, list]:
-    """In the parent: the standard library modules it has imported and its other
-    modules whose bytecode cache is missing or older than the source, both as
-    ``[(name, file)]``."""
+    """In the parent: the standard library modules and fiber's own modules it has
+    imported, and its other modules whose bytecode cache is missing or older than the
+    source, both as ``[(name, file)]``."""
     from importlib.machinery import SourceFileLoader
 
     stdlib = _stdlib_dir() + os.sep
@@ -171,8 +166,10 @@ def preload_plan(modules: dict | None = None) -> tuple[list, list]:
         origin = getattr(spec, "origin", None)
         if not origin or not os.path.isabs(origin) or name in _NOT_PRELOADED:
             continue
-        if origin.startswith(stdlib) and "-packages" not in origin[len(stdlib):]:
-            if name.split(".")[0] not in _NOT_PRELOADED:
+        top = name.split(".")[0]
+        if top == _OWN_PACKAGE or (origin.startswith(stdlib)
+                                   and "-packages" not in origin[len(stdlib):]):
+            if top not in _NOT_PRELOADED:
                 names.append((name, origin))
         elif isinstance(spec.loader, SourceFileLoader) and _stale_bytecode(origin):
             sources.append((name, origin))
@@ -230,6 +227,17 @@ def apply_preload(names: list, sources: list) -> None:
                 continue
 
 
+def _import_once(module: str) -> None:
+    """Import a job's module before forking (a failure is the job's to report)."""
+    if module not in sys.modules:
+        import importlib
+
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - the job imports it again and reports it
+            pass
+
+
 def serve(fd: int) -> None:
     conn = socket.socket(fileno=fd)
     preload()
@@ -263,13 +271,14 @@ def serve(fd: int) -> None:
                 if op == "preload":
                     apply_preload(*args)
                     continue
-                key_, env, cwd, log_path = args
+                key_, module, env, cwd, log_path = args
                 if cwd and not os.path.isdir(cwd):
                     send_message(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
+                _import_once(module)
                 pid = os.fork()
                 if pid == 0:
-                    _child([conn, selector], (read_end, write_end), env, cwd,
+                    _child([conn, selector], (read_end, write_end), module, env, cwd,
                            log_path)
                 send_message(conn, ("spawned", key_, pid))
 

@@ -7,12 +7,13 @@ stderr go to a log file that :meth:`LocalBackend.logs` reads and
 :meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
 on this backend (they are logged at debug level).
 
-Jobs that run fiber's own bootstrap with this interpreter are forked from a
-pre-imported template process (:mod:`fiber.forkserver`) unless the setting
-``local_start_method`` is ``spawn``; every other command is a new subprocess. The
-template is started when the main process first asks for
-:meth:`LocalBackend.listen_address` (it is creating its hub: jobs are coming), so that
-its start overlaps the rest of the parent's setup; in a job, at its first job.
+Jobs that run a module of fiber itself with this interpreter (``python -m M``: the
+core's job entry point) are forked from a pre-imported template process
+(:mod:`fiber.backend.local.forkserver`) unless the setting ``local_start_method`` is
+``spawn``; every other command is a new subprocess. The template is started when the
+main process says it expects jobs (:meth:`LocalBackend.expect_jobs`: it is creating
+its hub), so that its start overlaps the rest of the parent's set-up; in a job, at its
+first job.
 """
 
 from __future__ import annotations
@@ -31,11 +32,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fiber.backend import Backend, JobCreationError
-from fiber.hookspecs import hookimpl
-from fiber.job import Job, JobSpec, JobState, JobStatus
-from fiber.options import ConfigOption
+from fiber.backend.hookspecs import hookimpl
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.options import ConfigOption
 
 logger = logging.getLogger("fiber")
+
+# jobs that run a module of this package (fiber's own job entry point) can be forked
+# from the template, which has imported fiber already
+_OWN_PACKAGE = __name__.split(".")[0] + "."
 
 
 class LocalBackend(Backend):
@@ -58,20 +63,26 @@ class LocalBackend(Backend):
                 self._forkserver = _ForkServer()
             return self._forkserver
 
-    def _forked(self, spec: JobSpec, env: dict, log_path: str):
-        return self._template().spawn(env, spec.cwd, log_path)
+    def _forked(self, module: str, env: dict, cwd: str | None, log_path: str):
+        return self._template().spawn(module, env, cwd, log_path)
 
-    def listen_address(self) -> str:
-        from fiber.process import parent_process  # core-only: plugins must not
+    def _forkable(self, command: Sequence[str]) -> str | None:
+        """The module of ``command`` when it is ``[this python, -m, M]`` with M a module
+        of fiber itself, which the template runs in a fork of itself; else None."""
+        if (self._use_forkserver and len(command) == 3 and command[0] == sys.executable
+                and command[1] == "-m" and command[2].startswith(_OWN_PACKAGE)):
+            return command[2]
+        return None
 
-        # the main process creates its hub to start jobs; a job (a Manager's server, a
-        # worker making a Queue) may never start one, so it starts the template lazily
-        if self._use_forkserver and parent_process() is None:
+    def expect_jobs(self) -> None:
+        # the main process is about to create jobs: start the template now, in parallel
+        # with the core's set-up (a job, such as a Manager's server, may never create
+        # one, so there the template starts with its first job)
+        if self._use_forkserver:
             try:
-                self._template()  # start it now, while the core sets up its hub
+                self._template()
             except JobCreationError as exc:
                 logger.debug("%s", exc)  # create_job() will report it
-        return super().listen_address()
 
     def _log_path(self, name: str) -> str:
         with self._lock:
@@ -86,8 +97,9 @@ class LocalBackend(Backend):
         env = dict(os.environ)
         env.update(spec.env)
         log_path = self._log_path(spec.name)
-        if self._use_forkserver and spec.command == [sys.executable, "-m", "fiber.bootstrap"]:
-            child = self._forked(spec, env, log_path)
+        module = self._forkable(spec.command)
+        if module is not None:
+            child = self._forked(module, env, spec.cwd, log_path)
             job = Job(id=str(child.pid), backend=self.name, spec=spec, host="localhost",
                       handle=(child, log_path))
             with self._lock:
@@ -230,16 +242,16 @@ _SPAWN_HINT = "FIBER_LOCAL_START_METHOD=spawn to start jobs without it"
 
 
 class _ForkServer:
-    """The connection to one template process (see :mod:`fiber.forkserver`)."""
+    """The connection to one template process (see :mod:`fiber.backend.local.forkserver`)."""
 
     def __init__(self) -> None:
-        from fiber import forkserver
+        from fiber.backend.local import forkserver
 
         self._proto = forkserver
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-m", "fiber.forkserver", str(theirs.fileno())],
+                [sys.executable, "-m", forkserver.__name__, str(theirs.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(theirs.fileno(),))
         except OSError as exc:
             self._sock.close()
@@ -248,7 +260,7 @@ class _ForkServer:
                 f"{_SPAWN_HINT})") from exc
         finally:
             theirs.close()
-        # what the template can do once for all jobs (see fiber.forkserver)
+        # what the template can do once for all jobs (see its module)
         forkserver.send_message(self._sock, ("preload", *forkserver.preload_plan()))
         self.dead = False
         self._lock = threading.Lock()
@@ -258,14 +270,14 @@ class _ForkServer:
         self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
         self._reader.start()
 
-    def spawn(self, env: dict, cwd: str | None, log_path: str) -> _ForkedChild:
+    def spawn(self, module: str, env: dict, cwd: str | None, log_path: str) -> _ForkedChild:
         key = next(self._keys)
         slot: list = [threading.Event(), None]
         with self._lock:
             if self.dead:
                 raise JobCreationError("the local backend's template process has exited")
             self._waiting[key] = slot
-            self._proto.send_message(self._sock, ("spawn", key, env, cwd, log_path))
+            self._proto.send_message(self._sock, ("spawn", key, module, env, cwd, log_path))
         if not slot[0].wait(30):
             raise JobCreationError("the local backend's template process does not answer "
                                    f"(set {_SPAWN_HINT})")

@@ -1,4 +1,4 @@
-"""The entry point of every job: ``python -m fiber.bootstrap``.
+"""The entry point of every job: ``python -m fiber.runtime.bootstrap``.
 
 It dials the parent's hub named in ``_FIBER_PARENT``, authenticates with the run's
 secret, says hello on its control channel (``_FIBER_CHANNEL``) and receives the
@@ -25,9 +25,10 @@ import sys
 import threading
 import traceback
 
-from fiber import config, process, serialization, transport
 from fiber.errors import ConnectionLostError
-from fiber.popen import EXIT, FAILED, HELLO, OUTPUT, WATCH
+from fiber.runtime import config, run
+from fiber.wire import protocol, serialization, transport
+from fiber.wire.protocol import Control
 
 PARENT_GONE_EXIT = 70
 
@@ -105,7 +106,7 @@ class _Forwarder(io.TextIOBase):
                 self._sending = True
             try:
                 self._ctx.request(self._channel,
-                                  OUTPUT + self._stream + chunk.encode("utf-8", "replace"))
+                                  Control.OUTPUT + self._stream + chunk.encode("utf-8", "replace"))
             except Exception:  # noqa: BLE001 - the parent is gone; keep it in the logs
                 try:
                     self._original.write(chunk)
@@ -121,7 +122,7 @@ def _heartbeat(client: transport.Client, channel: int, interval: float, timeout:
     ctx = client.context()
     while True:
         try:
-            ctx.request(channel, WATCH, timeout=interval + timeout)
+            ctx.request(channel, Control.WATCH, timeout=interval + timeout)
         except ConnectionLostError as exc:
             _parent_gone(str(exc))
 
@@ -145,7 +146,7 @@ def _report_failure(client: transport.Client, channel: int, out: _Forwarder,
     out.drain()
     err.drain()
     try:
-        client.request(channel, FAILED + text.encode("utf-8", "replace"), timeout=30)
+        client.request(channel, Control.FAILED + text.encode("utf-8", "replace"), timeout=30)
     except ConnectionLostError:
         pass
     return 1
@@ -157,7 +158,8 @@ def main() -> int:
     cfg = config.get_config()  # a bad setting fails here, before the parent counts on us
     client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
     transport.register_client(client)  # objects of the parent reuse this connection
-    reply = client.request(channel, HELLO + pickle.dumps((os.getpid(), socket.gethostname())))
+    reply = client.request(channel, Control.HELLO
+                           + protocol.hello(os.getpid(), socket.gethostname()))
     # heartbeat first: importing the main module below may take long
     threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
                      args=(client, channel, cfg.heartbeat_interval,
@@ -166,26 +168,26 @@ def main() -> int:
     out = _Forwarder(client, channel, b"1", sys.stdout)
     err = _Forwarder(client, channel, b"2", sys.stderr)
     sys.stdout, sys.stderr = out, err
-    process._importing_main = True
+    run.set_job(importing_main=True)
     try:
         _prepare(prep)
         process_obj = serialization.loads_code(payload)
     except BaseException:  # noqa: BLE001 - the parent raises it as ProcessStartError
         return _report_failure(client, channel, out, err)
     finally:
-        process._importing_main = False
+        run.set_job(importing_main=False)
     exitcode = process_obj._bootstrap()
     out.drain()
     err.drain()
     try:
-        client.request(channel, EXIT + pickle.dumps(exitcode), timeout=30)
+        client.request(channel, Control.EXIT + pickle.dumps(exitcode), timeout=30)
     except ConnectionLostError:
         pass
     return exitcode
 
 
 def _run() -> None:
-    """``python -m fiber.bootstrap``: whatever happens, exit (no thread of the
+    """``python -m fiber.runtime.bootstrap``: whatever happens, exit (no thread of the
     connection may keep the job alive)."""
     code = 1
     try:

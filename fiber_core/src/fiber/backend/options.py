@@ -15,9 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A setting is unknown or its value cannot be parsed."""
+from fiber.errors import ConfigError
 
 
 def parse_bool(text: str) -> bool:

@@ -1,0 +1,41 @@
+"""The backend contract: everything a backend plugin implements and may import.
+
+A backend turns a :class:`JobSpec` into a running :class:`Job` on some cluster and
+reports its :class:`JobStatus`; it subclasses :class:`Backend`, declares its settings
+as :class:`ConfigOption` objects and registers both through the hooks of
+:mod:`fiber.backend.hookspecs` (marked with :data:`hookimpl`). Those names, the errors
+below and the test suite :mod:`fiber.testing` are the whole contract: a plugin imports
+nothing else of fiber (the ``lint`` environment checks it).
+
+Inside fiber, the same package holds the machinery behind the contract: the plugin
+registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
+(:mod:`fiber.backend.local`), which registers through the same hooks as any other.
+"""
+
+from __future__ import annotations
+
+from fiber.backend.base import Backend
+from fiber.backend.hookspecs import BackendFactory, hookimpl
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.options import (
+    ConfigOption,
+    parse_bool,
+    parse_list,
+    parse_memory,
+    parse_nonnegative_int,
+    parse_positive_float,
+    parse_positive_int,
+)
+from fiber.errors import (
+    BackendError,
+    ClusterUnreachableError,
+    ConfigError,
+    JobCreationError,
+)
+
+__all__ = [
+    "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
+    "ConfigOption", "Job", "JobCreationError", "JobSpec", "JobState", "JobStatus",
+    "hookimpl", "parse_bool", "parse_list", "parse_memory", "parse_nonnegative_int",
+    "parse_positive_float", "parse_positive_int",
+]

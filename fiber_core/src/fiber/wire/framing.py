@@ -1,0 +1,31 @@
+"""The bytes of a request and the reading of a reply, shared by both transports
+(:mod:`fiber.wire.transport` over pynng, :mod:`fiber.wire.stream` over sockets)."""
+
+from __future__ import annotations
+
+from fiber.errors import ConnectionLostError
+from fiber.wire.protocol import CHANNEL, GONE, MSG, OK
+
+__all__ = ["request_frame", "check_reply"]
+
+
+def request_frame(channel: int, payload: bytes) -> bytes:
+    """A request for ``channel`` of a hub."""
+    return MSG + CHANNEL.pack(channel) + payload
+
+
+def check_reply(reply: bytes, address: str) -> bytes:
+    """The payload of an OK reply; raises what an ERROR reply carries, or
+    :class:`ConnectionLostError` for a channel that is gone."""
+    status = reply[:1]
+    if status == OK:
+        return reply[1:]
+    if status == GONE:
+        raise ConnectionLostError(f"the object at {address} no longer exists")
+    from fiber.wire.serialization import unpack_exception  # only on the error path
+
+    try:
+        exc = unpack_exception(reply[1:])
+    except Exception:  # noqa: BLE001 - the hub sent a plain message
+        exc = ConnectionLostError(reply[1:].decode("utf-8", "replace"))
+    raise exc

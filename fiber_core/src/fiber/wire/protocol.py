@@ -1,0 +1,154 @@
+"""fiber's wire protocol: every message code of every channel kind, in one place.
+
+Every exchange between fiber processes is a *request* on a numbered *channel* of the
+receiving process's hub, answered by exactly one *reply* (see :mod:`fiber.wire.transport`).
+This module defines the bytes both sides agree on; the modules that speak a channel
+kind import its codes from here. :data:`PROTOCOL_VERSION` changes whenever any of them
+changes meaning, and a job reports it (with fiber's and Python's versions) in its
+hello: a job that differs from its parent is refused before anything else is
+unpickled (:func:`hello`, :func:`mismatch`).
+
+Frames
+  nng: a request is ``MSG + channel (8 bytes, little endian) + payload``; the stream
+  wire wraps the same bytes in ``length (8 bytes) + line (4 bytes) + body``.
+  A reply starts with a status byte: :data:`OK`, :data:`ERROR` (a packed exception or
+  a plain message follows) or :data:`GONE` (the channel no longer exists).
+
+Handshake
+  ``AUTH1 + nonce`` from the connecting side, answered by ``OK + nonce' + proof``;
+  then ``AUTH3 + proof'`` answered by ``OK`` (:mod:`fiber.wire.auth`).
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from typing import Any
+
+from fiber._version import __version__
+
+PROTOCOL_VERSION = 1
+
+# -- framing and replies ------------------------------------------------------------------
+MSG = b"M"
+CHANNEL = struct.Struct("<Q")  # the channel number after MSG
+AUTH1 = b"A1"
+AUTH3 = b"A3"
+OK = b"\x00"
+ERROR = b"\x01"
+GONE = b"\x02"
+STREAM_FRAME = struct.Struct("<QI")  # stream wire: body length, line
+STREAM_SCHEME = "stream://"
+AUTH_TIMEOUT = 10.0  # seconds a new connection has to authenticate
+CONNECT_TIMEOUT = 10.0
+
+
+class Control:
+    """A job's control channel on its parent's hub (:mod:`fiber.runtime.popen`)."""
+
+    HELLO = b"H"  # the job is up: its versions, pid and host (see hello())
+    OUTPUT = b"O"  # + stream (b"1" stdout, b"2" stderr) + text: lines it printed
+    WATCH = b"W"  # heartbeat: parked by the parent, answered every heartbeat_interval
+    EXIT = b"X"  # + pickled exit code
+    FAILED = b"F"  # + traceback text: it could not prepare to run the process
+
+
+class MailboxOp:
+    """Requests to a mailbox (queues, pipes: :mod:`fiber.runtime.mailbox`). The
+    payload is :data:`MAILBOX_HEADER` (op, timeout; < 0 forever, 0 do not wait) + data."""
+
+    GET = b"G"  # data: the reader's host token (empty: no shared memory)
+    PUT = b"P"  # data: the item
+    PUT_SHARED = b"Q"  # data: a shared-memory descriptor of the item
+    POLL = b"L"
+    SIZE = b"S"
+    OWNER = b"H"  # may the writer put shared-memory items? (pid and host token)
+    TASK_DONE = b"D"
+    JOIN = b"J"
+
+
+MAILBOX_HEADER = struct.Struct("<cd")
+
+
+class MailboxReply:
+    ITEM = b"I"
+    EMPTY = b"E"
+    ACCEPTED = b"A"
+    FULL = b"F"
+    CLOSED = b"C"
+    SHARED = b"M"  # an item whose buffers are in a shared-memory segment
+
+
+class PipeOp:
+    """Requests to a pipe (:mod:`fiber.runtime.pipes`): ``side (1 byte)`` + a mailbox
+    request, or one of these."""
+
+    RECEIVED = b"T"  # a process received a copy of this end (+ its transit token)
+    RELEASED = b"X"  # a process closed its copy of this end
+
+
+PIPE_SIDE = struct.Struct("<B")
+PIPE_TOKEN = struct.Struct("<Q")
+
+
+class PoolOp:
+    """A pool worker's requests on its pool's channel, each with :data:`POOL_HEADER`
+    (worker id, line), and the pool's replies (:mod:`fiber.runtime.pool`)."""
+
+    READY = b"R"  # a line is open for a batch
+    RESULTS = b"D"  # + the results of the batch this line brought; open again
+    STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
+    STOP = b"S"  # reply: retire this line
+    TASKS = b"T"  # reply: + a batch
+
+
+POOL_HEADER = struct.Struct("<QB")
+
+
+class TaskKind:
+    CALL = 0  # apply: (args, kwds)
+    MAP = 1  # a chunk of items, func(x)
+    STARMAP = 2  # a chunk of argument tuples, func(*x)
+
+
+# -- message bodies (fiber.wire.serialization) ------------------------------------------------
+BODY_OUT_OF_BAND = b"\x01"  # buffers appended (in-band messages are plain pickles: b"\x80")
+BODY_SHARED = b"\x02"  # buffers in a shared-memory segment
+BODY_LENGTH = struct.Struct("<Q")
+
+
+# -- versions ---------------------------------------------------------------------------------
+def versions() -> dict[str, str]:
+    """What a job and its parent must agree on."""
+    return {"fiber": __version__, "protocol": str(PROTOCOL_VERSION),
+            "python": "{}.{}".format(*sys.version_info[:2])}
+
+
+def hello(pid: int, host: str) -> bytes:
+    """The body of a job's HELLO: plain JSON, readable by any fiber version."""
+    return json.dumps({**versions(), "pid": pid, "host": host}).encode()
+
+
+def parse_hello(body: bytes) -> dict[str, Any]:
+    """The fields of a HELLO body; an unreadable one (a fiber before protocol 1) gives
+    ``{}``, which :func:`mismatch` reports."""
+    try:
+        fields = json.loads(bytes(body).decode())
+    except (UnicodeDecodeError, ValueError):
+        return {}
+    return fields if isinstance(fields, dict) else {}
+
+
+def describe(fields: dict[str, Any]) -> str:
+    return "fiber {fiber}, protocol {protocol}, Python {python}".format(
+        **{k: fields.get(k, "unknown") for k in ("fiber", "protocol", "python")})
+
+
+def mismatch(theirs: dict[str, Any]) -> str | None:
+    """None when a peer's versions (from :func:`parse_hello`) match this process's,
+    else a sentence naming both."""
+    ours = versions()
+    if all(str(theirs.get(key)) == value for key, value in ours.items()):
+        return None
+    return f"the job runs {describe(theirs)}; this process runs {describe(ours)}"
