@@ -5,10 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 
-from fiber.backend import Backend, JobCreationError
-from fiber.backend.hookspecs import hookimpl
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
-from fiber.backend.options import ConfigOption
+from fiber.backend import (
+    Backend,
+    ConfigOption,
+    Job,
+    JobCreationError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    hookimpl,
+)
 
 
 class ExampleBackend(Backend):
