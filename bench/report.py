@@ -295,13 +295,14 @@ def _process(data: dict) -> list[str]:
 def _startup(data: dict) -> list[str]:
     f = _fiber_name(data)
     m = data["summary"]["medians"].get("startup", {}).get(f or "")
+    samples = data["meta"]["config"].get("startup_samples")
     out = ["## 8. Import and start-up", "",
            "Fresh interpreters, interleaved: `import M` as `python -X importtime` reports "
            "it (cumulative milliseconds of the top-level module), and the wall time of a "
            "process that does nothing but `import M` (`python -c \"import M\"`, start to "
            "exit: interpreter start-up, the import and the exit); `python -c pass` is the "
-           f"floor. Medians of {data['meta']['config'].get('startup_samples', '?')} samples "
-           "per repetition; ratios to multiprocessing.", ""]
+           "floor. Medians" + (f" of {samples} samples per repetition" if samples else "")
+           + "; ratios to multiprocessing.", ""]
     if not m:
         out.append("Not measured in this run.")
     else:
