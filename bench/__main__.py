@@ -37,6 +37,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                       help="minimal sizes, 1 repetition: checks the machinery (for tests)")
     r.add_argument("--contenders", help="comma-separated names (default: all installed)")
+    r.add_argument("--kinds", help="comma-separated benchmark kinds to run (default all: "
+                   + ",".join(runner.KINDS) + ")")
     r.add_argument("--backend", help="measure fiber on this backend: starts and stops its "
                    "test engine via tests/engines/NAME.py (compared with mp-fork)")
     r.add_argument("--out", type=Path, help="directory for latest.json and the plots "
@@ -64,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
             runner.cmod.by_name(names)
         except ValueError as exc:
             raise SystemExit(f"error: {exc}") from None
+    kinds = args.kinds.split(",") if args.kinds else None
+    if kinds is not None and set(kinds) - set(runner.KINDS):
+        raise SystemExit(f"error: unknown kind(s) {', '.join(sorted(set(kinds) - set(runner.KINDS)))}"
+                         f"; choose from {', '.join(runner.KINDS)}")
     engine = None
     if args.backend and args.backend != "local":
         engine = _engine(args.backend)
@@ -73,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         names = names or ["fiber", "mp-fork"]
     try:
         data = runner.run(args.mode, names=names, out_dir=args.out, results_md=args.results_md,
-                          plots=not args.no_plots, command=runner.command_line(argv))
+                          plots=not args.no_plots, command=runner.command_line(argv),
+                          kinds=kinds)
     finally:
         if engine is not None:
             engine.stop()

@@ -188,7 +188,7 @@ class Contender:
         """Why this contender cannot run benchmarks of ``kind`` here, or None."""
         if importlib.util.find_spec(self.module) is None:
             return f"`{self.module}` is not installed (pip install -r bench/requirements-full.txt)"
-        if self.name.startswith("fiber"):
+        if self.name.startswith("fiber") and kind != "startup":  # startup: importing it
             need = "Process" if kind == "ipc" else "Pool"
             if not _fiber_has(need):
                 return f"fiber.{need} does not exist yet in this checkout"

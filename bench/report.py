@@ -15,7 +15,12 @@ TARGETS_TEXT = {
     "throughput": "throughput (chunksize=1) >= multiprocessing's",
     "cold_50": "cold start of 50 workers < 1.0 s",
     "bandwidth_100": "Pipe bandwidth at 100 MB within 2x of a memory copy",
+    "import": "`import fiber` within 3x of `import multiprocessing` (-X importtime)",
+    "process": "a script that only imports fiber exits within 2x of one importing "
+               "multiprocessing",
 }
+# The start-up targets: (key, metric, limit as a multiple of multiprocessing's)
+STARTUP_TARGETS = (("import", "import_ms", 3.0), ("process", "process_ms", 2.0))
 
 
 def _fmt(v: float | None, digits: int = 3) -> str:
@@ -106,6 +111,17 @@ def targets(data: dict, name: str | None = None) -> list[tuple[str, float | None
         out.append((TARGETS_TEXT["bandwidth_100"], None, "not measured", None))
     else:
         add("bandwidth_100", v, copy / 2, " GB/s", True)
+    # Both modules are measured in the fiber contender's runs; for the baseline column
+    # multiprocessing's own figure is held to the same limit.
+    module = "fiber" if f is not None and f.startswith("fiber") else "multiprocessing"
+    startup_of = _fiber_name(data)
+    for key, metric, factor in STARTUP_TARGETS:
+        v = _get(data, "startup", startup_of, f"{metric}/{module}")
+        base = _get(data, "startup", startup_of, f"{metric}/multiprocessing")
+        if v is None or not base:
+            out.append((TARGETS_TEXT[key], v, "not measured", None))
+        else:
+            add(key, v, factor * base, " ms", False)
     return out
 
 
@@ -131,7 +147,8 @@ def markdown(data: dict) -> str:
         [n, s["description"], s["status"], s["note"]] for n, s in data["contenders"].items()])
     f = _fiber_name(data)
     lines += ["", "## Targets for fiber (local backend)", ""]
-    if f is None or not data["summary"]["medians"].get("overhead", {}).get(f):
+    if f is None or not any(data["summary"]["medians"].get(b, {}).get(f)
+                            for b in ("overhead", "startup")):
         lines.append("fiber was not measured in this run (see Contenders).")
     else:
         base = targets(data, BASELINE)
@@ -142,7 +159,7 @@ def markdown(data: dict) -> str:
         lines += _table(["target", "fiber", "met?", f"{BASELINE}, same run"], rows)
     lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
-              *_backends(data), ""]
+              *_backends(data), "", *_startup(data), ""]
     return "\n".join(lines)
 
 
@@ -272,6 +289,35 @@ def _process(data: dict) -> list[str]:
            "backend, from creation to its exit being known).", ""]
     out += _table(["contender", "median ms", "min ms"], rows)
     out += _errors_for(data, ["process_start"], [n for n in names if n != "memcpy"])
+    return out
+
+
+def _startup(data: dict) -> list[str]:
+    f = _fiber_name(data)
+    m = data["summary"]["medians"].get("startup", {}).get(f or "")
+    samples = data["meta"]["config"].get("startup_samples")
+    out = ["## 8. Import and start-up", "",
+           "Fresh interpreters, interleaved: `import M` as `python -X importtime` reports "
+           "it (cumulative milliseconds of the top-level module), and the wall time of a "
+           "process that does nothing but `import M` (`python -c \"import M\"`, start to "
+           "exit: interpreter start-up, the import and the exit); `python -c pass` is the "
+           "floor. Medians" + (f" of {samples} samples per repetition" if samples else "")
+           + "; ratios to multiprocessing.", ""]
+    if not m:
+        out.append("Not measured in this run.")
+    else:
+        rows = []
+        for label, module in (("python -c pass", "python"),
+                              ("import multiprocessing", "multiprocessing"),
+                              ("import fiber", "fiber")):
+            imp = m.get(f"import_ms/{module}")
+            proc = m.get(f"process_ms/{module}")
+            rows.append([label,
+                         "-" if imp is None else _fmt(imp) + _ratio(
+                             imp, m.get("import_ms/multiprocessing")),
+                         _fmt(proc) + _ratio(proc, m.get("process_ms/multiprocessing"))])
+        out += _table(["", "import, ms", "process, ms"], rows)
+    out += _errors_for(data, ["startup"], [f] if f else [])
     return out
 
 

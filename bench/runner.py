@@ -35,7 +35,7 @@ MODES: dict[str, dict] = {
         "cold_sizes": [2], "heavy_cap": 2, "cold_timeout": 60, "cold_from_session": True,
         "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
-        "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
+        "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -49,6 +49,8 @@ MODES: dict[str, dict] = {
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 2000, "bw_seconds": 1.0,
         "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
+        # import fiber / multiprocessing: fresh interpreters per repetition (a few seconds)
+        "startup_samples": 10,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -58,10 +60,13 @@ MODES: dict[str, dict] = {
         "scale_tasks_per_worker": 2,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
+        "startup_samples": 20,
     },
 }
 # Benchmark kinds and which contenders take part in each.
 IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
+# "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
+KINDS = ("pool", "scale", "ipc", "startup")
 
 
 def _env() -> dict[str, str]:
@@ -110,11 +115,12 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     return result
 
 
-def plan(names: list[str] | None) -> tuple[dict[str, list[str]], dict, set[str]]:
-    """The contenders of each benchmark kind, a status note for every contender asked
-    for, and the names of the heavy ones."""
+def plan(names: list[str] | None, kinds: list[str] | None = None
+         ) -> tuple[dict[str, list[str]], dict, set[str]]:
+    """The contenders of each benchmark kind (of ``kinds``, default all), a status note
+    for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
-    jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": []}
+    jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -130,20 +136,30 @@ def plan(names: list[str] | None) -> tuple[dict[str, list[str]], dict, set[str]]
             if why:
                 status[c.name].update(status="partly",
                                       note=why + "; its Pipe/Queue/Process were measured")
+        if c.name.startswith("fiber") and not c.missing("startup"):
+            jobs["startup"].append(c.name)
     jobs["ipc"].append("memcpy")
+    if kinds is not None:
+        jobs = {k: v for k, v in jobs.items() if k in kinds}
+        for name, st in status.items():
+            if st["status"] != "skipped" and not any(name in v for v in jobs.values()):
+                st.update(status="skipped",
+                          note=f"takes no part in the kinds run ({', '.join(kinds)})")
     return jobs, status, heavy
 
 
 def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
-        results_md: Path | None = None, plots: bool = True, command: str = "") -> dict:
-    """Run the suite and write the JSON, the Markdown table and the plots."""
+        results_md: Path | None = None, plots: bool = True, command: str = "",
+        kinds: list[str] | None = None) -> dict:
+    """Run the suite (the benchmark ``kinds``, default all) and write the JSON, the
+    Markdown table and the plots."""
     from bench import report
 
     cfg = dict(MODES[mode])
     out_dir = out_dir or REPO / "bench" / "results"
     results_md = results_md or REPO / "bench" / "RESULTS.md"
     out_dir.mkdir(parents=True, exist_ok=True)
-    jobs, status, heavy = plan(names)
+    jobs, status, heavy = plan(names, kinds)
     started = datetime.datetime.now(datetime.timezone.utc)
     meta = {"mode": mode, "config": cfg, "command": command,
             "date": started.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine.describe(),
@@ -195,11 +211,12 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
 
 def final_status(status: dict, runs: list[dict]) -> None:
     """A contender that ran has status "failed" when none of its pool runs measured
-    anything."""
+    anything (or, in a run without the pool benchmarks, none of its runs)."""
+    pools = any(r["kind"] == "pool" for r in runs)
     for name, st in status.items():
         if st["status"] == "ran" and not any(
-                r["contender"] == name and r["kind"] == "pool" and r.get("metrics")
-                for r in runs):
+                r["contender"] == name and (r["kind"] == "pool" or not pools)
+                and r.get("metrics") for r in runs):
             st["status"] = "failed"
 
 

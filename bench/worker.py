@@ -142,7 +142,15 @@ def run_ipc(name: str, cfg: dict, result: dict) -> None:
     _record(result, "process_start", lambda: measure.process_start(module, cfg["process_count"]))
 
 
-KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc}
+def run_startup(name: str, cfg: dict, result: dict) -> None:
+    """``import fiber`` against ``import multiprocessing`` in fresh interpreters (both
+    measured in this one run, interleaved)."""
+    from bench import startup
+
+    _record(result, "startup", lambda: startup.measure(cfg["startup_samples"]))
+
+
+KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup}
 
 
 def main(argv: list[str]) -> int:

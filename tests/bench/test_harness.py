@@ -56,6 +56,8 @@ def test_every_contender_ran(smoke: tuple) -> None:
     for name in CONTENDERS:
         assert ("pool", name) in ran
     assert ("ipc", "memcpy") in ran
+    if "fiber" in CONTENDERS:
+        assert ("startup", "fiber") in ran
 
 
 def test_metadata_describes_the_run(smoke: tuple) -> None:
@@ -83,6 +85,12 @@ def test_measurements_are_physically_possible(smoke: tuple) -> None:
     assert med["bandwidth"]["memcpy"]["copy/1MB"] > 0
     assert med["bandwidth"]["mp-fork"]["pipe/1MB"] > 0
     assert med["process_start"]["mp-spawn"]["median_ms"] > 0
+    if "fiber" in CONTENDERS:
+        startup = med["startup"]["fiber"]
+        for module in ("fiber", "multiprocessing"):
+            # the import happens inside the process whose whole life is timed
+            assert 0 < startup[f"import_ms/{module}"] < startup[f"process_ms/{module}"]
+        assert startup["process_ms/python"] > 0
 
 
 def test_table_has_a_row_per_contender_with_ratios(smoke: tuple) -> None:
@@ -99,8 +107,16 @@ def test_table_has_a_row_per_contender_with_ratios(smoke: tuple) -> None:
         expect = med[name]["map_default/10ms"] / med["mp-fork"]["map_default/10ms"]
         assert ratio == pytest.approx(expect, abs=0.006), (name, cells[0])
     for heading in ("## 2. Empty-task throughput", "## 3. Round-trip latency",
-                    "## 4. Cold start", "## 5. Bandwidth", "## 6. Scale"):
+                    "## 4. Cold start", "## 5. Bandwidth", "## 6. Scale",
+                    "## 8. Import and start-up"):
         assert heading in md
+    if "fiber" in CONTENDERS:
+        section = md.split("## 8. Import and start-up")[1]
+        row = next(line for line in section.splitlines() if line.startswith("| import fiber"))
+        startup = data["summary"]["medians"]["startup"]["fiber"]
+        ratio = float(re.search(r"\(([\d.]+)x\)", row.split("|")[2]).group(1))
+        expect = startup["import_ms/fiber"] / startup["import_ms/multiprocessing"]
+        assert ratio == pytest.approx(expect, abs=0.006)
 
 
 def test_plots_are_written(smoke: tuple) -> None:
@@ -149,7 +165,17 @@ def test_targets_are_judged_from_fiber_numbers() -> None:
     data = {"contenders": {"fiber": {}, "mp-fork": {}}, "meta": {"config": {"ideal": 1.0}},
             "summary": {"medians": med, "errors": {}}}
     met = [m for _, _, _, m in targets(data)]
-    assert met == [True, False, True, False, True, False]
+    assert met == [True, False, True, False, True, False, None, None]  # no start-up figures
+    # import within 3x of multiprocessing's (29.9 <= 30), the bare process not within 2x
+    med["startup"] = {"fiber": {"import_ms/fiber": 29.9, "import_ms/multiprocessing": 10.0,
+                                "process_ms/fiber": 41.0, "process_ms/multiprocessing": 20.0}}
+    judged = targets(data)[-2:]
+    assert [m for _, _, _, m in judged] == [True, False]
+    assert [v for _, v, _, _ in judged] == [29.9, 41.0]
+    assert "29.9 ms vs 30 ms" in judged[0][2]
+    # the baseline column holds multiprocessing's own figures to the same limits
+    base = targets(data, "mp-fork")[-2:]
+    assert [(v, m) for _, v, _, m in base] == [(10.0, True), (20.0, True)]
 
 
 def test_backend_runs_are_summarized(smoke: tuple, tmp_path: Path) -> None:

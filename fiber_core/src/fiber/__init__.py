@@ -13,9 +13,12 @@ or a backend is needed.
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
 
 from fiber._version import __version__
+
+# as typing.TYPE_CHECKING (type checkers take it so), for start-up time: importing
+# typing would be most of the time of a bare `import fiber`
+TYPE_CHECKING = False
 
 # name -> the module that defines it (the API modules mirror multiprocessing's)
 _WHERE = {
@@ -60,6 +63,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see
+    from typing import Any
+
     from fiber.connection import Pipe
     from fiber.context import (
         allow_connection_pickling,

@@ -15,13 +15,19 @@ Settings (each also read from ``FIBER_<NAME>`` and ``.fiberconfig``):
 - ``docker_keep_containers``: do not remove ended containers (for debugging).
 
 The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
+
+Every fiber process imports this module when it reads its settings (jobs of any backend
+included), so it imports only fiber's contract and the light parser module
+:mod:`fiber_docker.volumes`; the backend, and the Docker client library with it, is
+imported by the factory, the first time the ``docker`` backend is used.
 """
 
 from __future__ import annotations
 
-from fiber.backend.hookspecs import hookimpl
-from fiber.backend.options import ConfigOption, parse_bool
-from fiber_docker.backend import DockerBackend
+from collections.abc import Mapping
+from typing import Any
+
+from fiber.backend import Backend, BackendFactory, ConfigOption, hookimpl, parse_bool
 from fiber_docker.volumes import parse_volumes
 
 OPTIONS = [
@@ -43,9 +49,17 @@ OPTIONS = [
 ]
 
 
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    """The factory of the ``docker`` backend: a :class:`~fiber_docker.backend.DockerBackend`."""
+    # lazy for start-up time: docker (and requests, urllib3) only where the backend is used
+    from fiber_docker.backend import DockerBackend
+
+    return DockerBackend(options)
+
+
 @hookimpl
-def fiber_backends() -> dict[str, type[DockerBackend]]:
-    return {"docker": DockerBackend}
+def fiber_backends() -> dict[str, BackendFactory]:
+    return {"docker": create_backend}
 
 
 @hookimpl

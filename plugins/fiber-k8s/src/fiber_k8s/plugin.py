@@ -1,12 +1,28 @@
 """The fiber hooks of fiber-k8s: the ``kubernetes`` backend and its settings.
 
 Every setting is prefixed ``kubernetes_`` (environment ``FIBER_KUBERNETES_*``).
+
+Every fiber process imports this module when it reads its settings (jobs of any backend
+included), so it imports only fiber's contract and the light parser modules
+:mod:`fiber_k8s.settings` and :mod:`fiber_k8s.resources`; the backend, and the
+Kubernetes client library with it, is imported by the factory, the first time the
+``kubernetes`` backend is used.
 """
 
 from __future__ import annotations
 
-from fiber.backend.hookspecs import hookimpl
-from fiber.backend.options import ConfigOption, parse_bool, parse_list, parse_positive_float
+from collections.abc import Mapping
+from typing import Any
+
+from fiber.backend import (
+    Backend,
+    BackendFactory,
+    ConfigOption,
+    hookimpl,
+    parse_bool,
+    parse_list,
+    parse_positive_float,
+)
 from fiber_k8s.resources import parse_extra_resources
 from fiber_k8s.settings import (
     parse_host_paths,
@@ -56,11 +72,18 @@ OPTIONS = [
 ]
 
 
-@hookimpl
-def fiber_backends() -> dict[str, type]:
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    """The factory of the ``kubernetes`` backend: a
+    :class:`~fiber_k8s.backend.KubernetesBackend`."""
+    # lazy for start-up time: the kubernetes client only where the backend is used
     from fiber_k8s.backend import KubernetesBackend
 
-    return {"kubernetes": KubernetesBackend}
+    return KubernetesBackend(options)
+
+
+@hookimpl
+def fiber_backends() -> dict[str, BackendFactory]:
+    return {"kubernetes": create_backend}
 
 
 @hookimpl

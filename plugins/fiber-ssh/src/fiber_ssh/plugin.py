@@ -1,11 +1,26 @@
 """fiber's hooks for the ssh backend: the backend class and its settings
-(``ssh_hosts`` -> ``FIBER_SSH_HOSTS``, ...)."""
+(``ssh_hosts`` -> ``FIBER_SSH_HOSTS``, ...).
+
+Every fiber process imports this module when it reads its settings (jobs of any backend
+included), so it imports only fiber's contract; the backend, and paramiko (with
+cryptography) with it, is imported by the factory, the first time the ``ssh`` backend is
+used.
+"""
 
 from __future__ import annotations
 
-from fiber.backend.hookspecs import hookimpl
-from fiber.backend.options import ConfigOption, parse_bool, parse_list, parse_positive_float
-from fiber_ssh.backend import SSHBackend
+from collections.abc import Mapping
+from typing import Any
+
+from fiber.backend import (
+    Backend,
+    BackendFactory,
+    ConfigOption,
+    hookimpl,
+    parse_bool,
+    parse_list,
+    parse_positive_float,
+)
 
 
 def _parse_port(text: str | int) -> int:
@@ -49,9 +64,17 @@ OPTIONS = [
 ]
 
 
+def create_backend(options: Mapping[str, Any]) -> Backend:
+    """The factory of the ``ssh`` backend: a :class:`~fiber_ssh.backend.SSHBackend`."""
+    # lazy for start-up time: paramiko only where the backend is used
+    from fiber_ssh.backend import SSHBackend
+
+    return SSHBackend(options)
+
+
 @hookimpl
-def fiber_backends() -> dict[str, type[SSHBackend]]:
-    return {"ssh": SSHBackend}
+def fiber_backends() -> dict[str, BackendFactory]:
+    return {"ssh": create_backend}
 
 
 @hookimpl
