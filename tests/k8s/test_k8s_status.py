@@ -196,7 +196,7 @@ def test_child_listens_on_its_own_address(make_backend, k8s_engine):
     backend = make_backend()
     host_ip = k8s_engine["FIBER_KUBERNETES_LISTEN_ADDRESS"]
     job = backend.create_job(spec(
-        "from fiber import config; from fiber_k8s.backend import KubernetesBackend; "
+        "from fiber.runtime import config; from fiber_k8s.backend import KubernetesBackend; "
         "print('listen=' + KubernetesBackend(config.load().as_dict()).listen_address())",
         env={"FIBER_KUBERNETES_LISTEN_ADDRESS": host_ip,
              "FIBER_KUBERNETES_HOST_NETWORK": "true"}))
