@@ -22,6 +22,7 @@ from typing import Any
 
 from fiber.errors import ConnectionLostError
 from fiber.runtime.managers import stdlib
+from fiber.runtime.managers.stdlib import ERROR
 from fiber.wire import auth
 
 __all__ = ["SERIALIZER", "CONNECT_TIMEOUT", "DEAD_PEER_TIMEOUT", "RemoteTraceback",
@@ -55,7 +56,7 @@ def _tune(sock: socket.socket) -> None:
 
 
 def _is_error(obj: Any) -> bool:
-    return (isinstance(obj, tuple) and len(obj) == 2 and obj[0] == stdlib.ERROR
+    return (isinstance(obj, tuple) and len(obj) == 2 and obj[0] == ERROR
             and isinstance(obj[1], BaseException))
 
 

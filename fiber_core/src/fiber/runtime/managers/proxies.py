@@ -9,16 +9,11 @@ in any process of the run.
 :class:`AsyncResult` from every method call at once. Each such proxy has its own
 connection to the server (an :class:`AsyncLine`), served by its own thread there:
 requests are sent at once, replies are read in order by whoever waits for one.
-
-The standard proxy classes of SyncManager's registry get a fiber version each
-(:func:`fiber_proxy_class`), kept as attributes of this module so that they pickle by
-reference.
 """
 
 from __future__ import annotations
 
 import collections
-import sys
 import threading
 import time
 import weakref
@@ -29,11 +24,11 @@ from fiber.errors import ConnectionLostError, ProcessError
 from fiber.errors import TimeoutError as FiberTimeoutError
 from fiber.runtime.managers import stdlib
 from fiber.runtime.managers.connection import CONNECT_TIMEOUT, share_authkey
+from fiber.runtime.managers.stdlib import PROXY, RETURN
 from fiber.wire import auth
 
 __all__ = ["Detached", "rebuild_proxy", "FiberProxyMixin", "BaseProxy", "AsyncResult",
-           "AsyncLine", "AsyncBaseProxy", "AutoProxy", "AsyncAutoProxy",
-           "fiber_proxy_class"]
+           "AsyncLine", "AsyncBaseProxy", "AutoProxy", "AsyncAutoProxy"]
 
 
 class Detached:
@@ -178,9 +173,9 @@ class AsyncLine:
                 self._pending.popleft()._set(*self._outcome(kind, result))
 
     def _outcome(self, kind: str, result: Any) -> tuple[Any, BaseException | None]:
-        if kind == stdlib.RETURN:
+        if kind == RETURN:
             return result, None
-        if kind == stdlib.PROXY:
+        if kind == PROXY:
             exposed, token = result
             manager = self._proxy._manager
             if manager is None:
@@ -285,16 +280,3 @@ def AsyncAutoProxy(token: Any, serializer: str, manager: Any = None,
     """A proxy whose methods return :class:`AsyncResult` handles."""
     return _auto_proxy(AsyncBaseProxy, AsyncAutoProxy, token, serializer, manager, authkey,
                        exposed, incref, manager_owned)
-
-
-def fiber_proxy_class(std: type) -> type:
-    """fiber's version of a standard proxy class (same methods, fiber pickling), made
-    once and kept as an attribute of this module under the standard class's name."""
-    name = std.__name__
-    module = sys.modules[__name__]
-    cls = getattr(module, name, None)
-    if isinstance(cls, type) and issubclass(cls, std):
-        return cls
-    cls = type(name, (FiberProxyMixin, std), {"__module__": __name__, "__qualname__": name})
-    setattr(module, name, cls)
-    return cls

@@ -2,21 +2,26 @@
 and arrays behind :func:`fiber.sharedctypes.Value` and :func:`~fiber.sharedctypes.Array`.
 
 The standard registry is taken as it is, with two changes: proxies are fiber's (they
-pickle with the run's authkey, :func:`~fiber.runtime.managers.proxies.fiber_proxy_class`),
-and ``Pool`` starts its multiprocessing workers through a forkserver
-(:func:`server_pool`). :func:`registrations` lists the whole registry;
-:class:`fiber.managers.SyncManager` registers it.
+pickle with the run's authkey), and ``Pool`` starts its multiprocessing workers
+through a forkserver (:func:`server_pool`). :func:`registrations` lists the whole
+registry; :class:`fiber.managers.SyncManager` registers it.
+
+fiber's version of each standard proxy class (``ListProxy``, ``AcquirerProxy``...) is
+made when this module is imported and kept as its attribute under the standard name:
+a proxy pickles its class by reference, so a process that unpickles one (a job that
+imported nothing of fiber's managers) finds the class by importing this module.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from fiber.runtime.managers import stdlib
-from fiber.runtime.managers.proxies import AutoProxy, BaseProxy, fiber_proxy_class
+from fiber.runtime.managers.proxies import AutoProxy, BaseProxy, FiberProxyMixin
 
 __all__ = ["Registration", "registrations", "server_pool", "SharedValue", "SharedArray",
            "SynchronizedValueProxy", "SynchronizedArrayProxy", "LOCK_TYPEID"]
@@ -170,8 +175,22 @@ class SynchronizedArrayProxy(_SynchronizedMixin, BaseProxy):
     raw = property(lambda self: self._callmethod("get_raw"))
 
 
-def registrations() -> list[Registration]:
-    """Every type fiber's SyncManager serves, in the order to register them."""
+def _fiber_proxy_class(std: type) -> type:
+    """fiber's version of a standard proxy class (same methods, fiber pickling), made
+    once and kept as an attribute of this module under the standard class's name."""
+    name = std.__name__
+    module = sys.modules[__name__]
+    cls = getattr(module, name, None)
+    if isinstance(cls, type) and issubclass(cls, std):
+        return cls
+    if cls is not None:
+        raise RuntimeError(f"{__name__}.{name} exists: cannot keep fiber's {name} there")
+    cls = type(name, (FiberProxyMixin, std), {"__module__": __name__, "__qualname__": name})
+    setattr(module, name, cls)
+    return cls
+
+
+def _registrations() -> tuple[Registration, ...]:
     result = []
     proxytypes: dict[str, Any] = {}
     for typeid, (func, exposed, method_to_typeid, proxytype) in \
@@ -181,7 +200,7 @@ def registrations() -> list[Registration]:
         if proxytype is stdlib.AutoProxy:
             proxytype = AutoProxy
         else:
-            proxytype = fiber_proxy_class(proxytype)
+            proxytype = _fiber_proxy_class(proxytype)
         proxytypes[typeid] = proxytype
         result.append(Registration(
             typeid, func, proxytype, exposed, method_to_typeid,
@@ -192,4 +211,12 @@ def registrations() -> list[Registration]:
                                method_to_typeid={"get_lock": LOCK_TYPEID}))
     result.append(Registration("SynchronizedArray", SharedArray, SynchronizedArrayProxy,
                                method_to_typeid={"get_lock": LOCK_TYPEID}))
-    return result
+    return tuple(result)
+
+
+_REGISTRATIONS = _registrations()  # at import: see the module's docstring
+
+
+def registrations() -> list[Registration]:
+    """Every type fiber's SyncManager serves, in the order to register them."""
+    return list(_REGISTRATIONS)
