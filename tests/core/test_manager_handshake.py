@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from fiber import managers
 from fiber.errors import ConnectionLostError
+from fiber.runtime.managers import connection
 
 
 def test_server_closing_during_the_handshake_is_connection_lost():
@@ -24,7 +24,7 @@ def test_server_closing_during_the_handshake_is_connection_lost():
     thread.start()
     try:
         with pytest.raises(ConnectionLostError, match="manager at 127.0.0.1"):
-            managers.Client(("127.0.0.1", port), authkey=b"k" * 32)
+            connection.Client(("127.0.0.1", port), authkey=b"k" * 32)
     finally:
         thread.join(10)
         server.close()

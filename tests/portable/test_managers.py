@@ -13,7 +13,6 @@ import pytest
 
 import fiber
 from fiber.errors import ConnectionLostError
-from fiber.managers import Array as SharedArray
 from fiber.managers import (
     AsyncManager,
     AsyncResult,
@@ -22,20 +21,22 @@ from fiber.managers import (
     RemoteTraceback,
     SyncManager,
 )
-from fiber.managers import Lock as SharedLock
-from fiber.managers import Value as SharedValue
+from fiber.sharedctypes import Array as SharedArray
+from fiber.sharedctypes import Value as SharedValue
+from fiber.synchronize import Lock as SharedLock
 
 pytestmark = pytest.mark.timeout(300)
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_manager_left():
-    """The implicit manager of fiber.managers.Lock()/Value() is a child process: stop
-    it after this module so that no test leaves a process behind."""
+    """The implicit manager of fiber.synchronize.Lock()/fiber.sharedctypes.Value() is a
+    child process: stop it after this module so that no test leaves a process behind."""
     yield
     from fiber import managers
+    from fiber.runtime.managers import implicit as implicit_manager
 
-    implicit = managers._implicit[0]
+    implicit = implicit_manager.current()
     managers.shutdown_implicit_manager()
     if implicit is not None:
         implicit._process.join(60)
@@ -350,21 +351,21 @@ def test_implicit_value_array_lock_across_processes():
 
 
 def test_implicit_primitives_exist_and_work():
-    from fiber import managers
+    from fiber import synchronize
 
-    event = managers.Event()
+    event = synchronize.Event()
     threading.Timer(0.2, event.set).start()
     assert event.wait(30)
-    sem = managers.BoundedSemaphore(2)
+    sem = synchronize.BoundedSemaphore(2)
     assert sem.acquire() and sem.acquire() and not sem.acquire(timeout=0.1)
-    rlock = managers.RLock()
+    rlock = synchronize.RLock()
     with rlock, rlock:
         pass
-    cond = managers.Condition(managers.Lock())
+    cond = synchronize.Condition(synchronize.Lock())
     with cond:
         assert not cond.wait(0.1)
-    assert managers.Barrier(1).wait(10) == 0
-    assert managers.Semaphore(0).acquire(timeout=0.1) is False
+    assert synchronize.Barrier(1).wait(10) == 0
+    assert synchronize.Semaphore(0).acquire(timeout=0.1) is False
 
 
 def test_implicit_value_rejects_bad_input():

@@ -27,10 +27,12 @@ _WHERE = {
     "Pool": "fiber.pool",
     "Queue": "fiber.queues", "JoinableQueue": "fiber.queues", "SimpleQueue": "fiber.queues",
     "Pipe": "fiber.connection",
-    "Manager": "fiber.managers", "Lock": "fiber.managers", "RLock": "fiber.managers",
-    "Semaphore": "fiber.managers", "BoundedSemaphore": "fiber.managers",
-    "Condition": "fiber.managers", "Event": "fiber.managers", "Barrier": "fiber.managers",
-    "Value": "fiber.managers", "Array": "fiber.managers",
+    "Manager": "fiber.managers",
+    "Lock": "fiber.synchronize", "RLock": "fiber.synchronize",
+    "Semaphore": "fiber.synchronize", "BoundedSemaphore": "fiber.synchronize",
+    "Condition": "fiber.synchronize", "Event": "fiber.synchronize",
+    "Barrier": "fiber.synchronize",
+    "Value": "fiber.sharedctypes", "Array": "fiber.sharedctypes",
     "Ring": "fiber.ring",
     "meta": "fiber.meta",
     "init": "fiber.runtime.config",
@@ -88,22 +90,21 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         TimeoutError,
         WorkerLostError,
     )
-    from fiber.managers import (
-        Array,
-        Barrier,
-        BoundedSemaphore,
-        Condition,
-        Event,
-        Lock,
-        Manager,
-        RLock,
-        Semaphore,
-        Value,
-    )
+    from fiber.managers import Manager
     from fiber.meta import meta
     from fiber.pool import Pool
     from fiber.process import Process, active_children, current_process, parent_process
     from fiber.queues import JoinableQueue, Queue, SimpleQueue
     from fiber.ring import Ring
     from fiber.runtime.config import init
+    from fiber.sharedctypes import Array, Value
+    from fiber.synchronize import (
+        Barrier,
+        BoundedSemaphore,
+        Condition,
+        Event,
+        Lock,
+        RLock,
+        Semaphore,
+    )
     from fiber.util import get_logger, log_to_stderr

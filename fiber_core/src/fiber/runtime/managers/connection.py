@@ -1,0 +1,175 @@
+"""The ``"fiber"`` serializer of managers: how a proxy reaches a manager's server.
+
+Connections are TCP sockets wrapped in the standard library's connection class, with
+two changes:
+
+* TCP keepalive and a user timeout make a server that vanished without closing fail
+  a call within seconds, and every failure of the socket (the authkey handshake
+  included) raises :class:`fiber.errors.ConnectionLostError` naming the manager,
+  instead of hanging or raising a bare ``EOFError``;
+* an exception raised by a method in the server travels with its formatted traceback,
+  re-raised in the caller with a :class:`RemoteTraceback` as its ``__cause__``.
+
+The authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`); the handshake
+is done by the server's handler threads on their side and by :func:`Client` here.
+"""
+
+from __future__ import annotations
+
+import socket
+import traceback
+from typing import Any
+
+from fiber.errors import ConnectionLostError
+from fiber.runtime.managers import stdlib
+from fiber.runtime.managers.stdlib import ERROR
+from fiber.wire import auth
+
+__all__ = ["SERIALIZER", "CONNECT_TIMEOUT", "DEAD_PEER_TIMEOUT", "RemoteTraceback",
+           "Listener", "Client", "ServerConnection", "ClientConnection", "share_authkey"]
+
+SERIALIZER = "fiber"
+CONNECT_TIMEOUT = 5.0      # seconds to reach a manager's server
+DEAD_PEER_TIMEOUT = 6.0    # a server that stops answering TCP is given up after this
+
+
+class RemoteTraceback(Exception):
+    """The traceback of an exception raised in a manager's server (its ``__cause__``)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _tune(sock: socket.socket) -> None:
+    """Low latency and prompt detection of a peer that vanished without closing."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", 2), ("TCP_KEEPINTVL", 1), ("TCP_KEEPCNT", 3),
+                        ("TCP_USER_TIMEOUT", int(DEAD_PEER_TIMEOUT * 1000))):
+        option = getattr(socket, name, None)
+        if option is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
+def _is_error(obj: Any) -> bool:
+    return (isinstance(obj, tuple) and len(obj) == 2 and obj[0] == ERROR
+            and isinstance(obj[1], BaseException))
+
+
+class ServerConnection(stdlib.Connection):
+    """The server's end: an exception sent back carries its formatted traceback."""
+
+    def send(self, obj: Any) -> None:
+        if _is_error(obj) and obj[1].__traceback__ is not None:
+            exc = obj[1]
+            try:
+                exc._fiber_remote_tb = "".join(traceback.format_exception(exc))
+            except (AttributeError, TypeError):  # an exception type without __dict__
+                pass
+        super().send(obj)
+
+
+class ClientConnection(stdlib.Connection):
+    """A proxy's end: a lost server raises ConnectionLostError; a remote exception gets
+    its traceback as ``__cause__``."""
+
+    address: tuple = ()
+
+    def _lost(self, exc: BaseException) -> ConnectionLostError:
+        host, port = self.address[:2] if self.address else ("?", "?")
+        return ConnectionLostError(
+            f"the manager at {host}:{port} is gone ({type(exc).__name__}: {exc}); its "
+            "process has ended or its host is unreachable")
+
+    # the lowest level: also covers send_bytes/recv_bytes (the authkey handshake)
+    def _send(self, buf: Any, *args: Any) -> None:
+        try:
+            super()._send(buf, *args)  # type: ignore[misc]
+        except OSError as exc:
+            raise self._lost(exc) from None
+
+    def _recv(self, size: int, *args: Any) -> Any:
+        try:
+            return super()._recv(size, *args)  # type: ignore[misc]
+        except (OSError, EOFError) as exc:
+            raise self._lost(exc) from None
+
+    def send(self, obj: Any) -> None:
+        try:
+            super().send(obj)
+        except ConnectionLostError:
+            raise
+        except (OSError, EOFError) as exc:
+            raise self._lost(exc) from None
+
+    def recv(self) -> Any:
+        try:
+            obj = super().recv()
+        except ConnectionLostError:
+            raise
+        except (OSError, EOFError) as exc:
+            raise self._lost(exc) from None
+        if _is_error(obj):
+            text = getattr(obj[1], "_fiber_remote_tb", None)
+            if text:
+                obj[1].__cause__ = RemoteTraceback(f'\n"""\n{text}"""')
+        return obj
+
+
+class Listener:
+    """A manager server's listening socket (``Listener`` of the "fiber" serializer).
+    Authentication is done by the server's handler threads."""
+
+    def __init__(self, address: tuple, family: str | None = None, backlog: int = 16,
+                 authkey: bytes | None = None) -> None:
+        host = address[0]
+        family_ = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.create_server(tuple(address), family=family_, backlog=backlog)
+        self.address = self._sock.getsockname()[:2]
+
+    def accept(self) -> ServerConnection:
+        sock, _ = self._sock.accept()
+        _tune(sock)
+        return ServerConnection(sock.detach())
+
+    def close(self) -> None:
+        self._sock.close()
+
+
+def Client(address: tuple, family: str | None = None,
+           authkey: bytes | None = None) -> ClientConnection:
+    """Connect to a manager's server (``Client`` of the "fiber" serializer)."""
+    host, port = address[:2]
+    try:
+        sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
+    except OSError as exc:
+        raise ConnectionLostError(
+            f"cannot reach the manager at {host}:{port} ({exc}): its process has ended, "
+            "or this host cannot reach that address (see the listen_address setting)"
+        ) from None
+    sock.settimeout(None)
+    _tune(sock)
+    conn = ClientConnection(sock.detach())
+    conn.address = tuple(address)
+    if authkey is not None:
+        try:
+            stdlib.authenticate(conn, authkey)
+        except BaseException:
+            conn.close()
+            raise
+    return conn
+
+
+stdlib.register_serializer(SERIALIZER, Listener, Client)
+
+
+def share_authkey() -> None:
+    """multiprocessing's authkey becomes the run's secret, so that proxies of user-made
+    proxy classes that pickle through the standard library authenticate too (done on
+    first use, never at import: a preloading fork server imports fiber before it knows
+    the run)."""
+    stdlib.set_process_authkey(auth.get_authkey())
