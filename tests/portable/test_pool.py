@@ -127,6 +127,8 @@ def test_maxtasksperchild_replaces_workers():
     with fiber.Pool(2, maxtasksperchild=2) as p:
         pids = p.map(pid_of, range(8), chunksize=1)
         assert len(set(pids)) >= 4
+        # as multiprocessing: a worker runs at most maxtasksperchild tasks
+        assert max(pids.count(pid) for pid in pids) <= 2
 
 
 def test_context_manager_and_close_join():

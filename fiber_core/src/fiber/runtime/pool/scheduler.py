@@ -53,7 +53,7 @@ logger = logging.getLogger("fiber")
 
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
-MAX_BATCH = 64  # tasks in one batch at most
+MAX_BATCH = 64  # tasks a batch takes after its first, at most
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -366,7 +366,9 @@ class Scheduler:
 
     def send_batch(self, w: Worker, line: int) -> bool:
         """Answer the worker's parked ``line`` with a batch from the queue; False when
-        there was nothing to send."""
+        there was nothing to send, or the worker has had its ``maxtasks``."""
+        if self.maxtasks is not None and w.dispatched >= self.maxtasks:
+            return False
         queue = self.queue
         while queue and queue[0].done:
             queue.popleft()  # delivered late by a lost worker
@@ -437,14 +439,16 @@ class Scheduler:
         return len(self.queue) > self.starting
 
     def next_worker(self) -> Worker | None:
-        """A worker with a line to answer: one with nothing to do, else a busy one."""
+        """A worker with a line to answer: one with nothing to do, else a busy one (not
+        one that has had its ``maxtasks``: it is let go once its results are in)."""
         for listing in (self.idle, self.spare):
             if listing is self.spare and not self.may_prefetch():
                 return None
             while listing:
                 w = listing.popleft()
                 w.listed = False
-                if w.alive and not w.stopping and w.free_line() is not None:
+                if w.alive and not w.stopping and w.free_line() is not None \
+                        and (self.maxtasks is None or w.dispatched < self.maxtasks):
                     return w
         return None
 
