@@ -125,8 +125,8 @@ class WorkerSet:
         """Workers to start now ([] for none), or None when supervising is over.
         Called with the lock held."""
         s = self._scheduler
-        if s.state == TERMINATE:
-            return None
+        if s.state == TERMINATE or not self.finalizer.alive:
+            return None  # terminated, or the pool was collected during a start
         live = sum(1 for w in s.workers.values() if w.alive and not w.stopping)
         need = s.target - live
         if s.state == CLOSE and not s.unfinished():
@@ -153,9 +153,12 @@ class WorkerSet:
         with self._changed:
             self.processes[:] = [p for p in self.processes if p.exitcode is None]
             self.processes.append(process)
-            late = s.state == TERMINATE
+            # (the finalizer is no longer alive once it has begun: from then on it ends
+            # the processes it found, and this one is not among them)
+            late = s.state == TERMINATE or not self.finalizer.alive
         if late:
-            # terminate() ended the workers it knew of while this one was starting
+            # terminate(), or the collection of the pool, ended the workers it knew of
+            # while this one was starting
             terminate_workers([process], None, self._cid)
             return
         ref = weakref.ref(self)
