@@ -74,7 +74,7 @@ if __name__ == "__main__":
     while any(p.pid is None for p in procs):
         time.sleep(0.05)
     time.sleep(1.5)  # the children have connected and run
-    workers = [w.process.pid for w in pool._workers.values() if w.process]
+    workers = [w.process.pid for w in pool.stats().workers if w.process]
     open({str(pidfile)!r}, "w").write(" ".join(str(x) for x in [p.pid for p in procs] + workers))
     time.sleep(300)
 """], cwd=tmp_path)

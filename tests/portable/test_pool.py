@@ -53,10 +53,15 @@ def read_init(_):
     return INIT_VALUE
 
 
+def _connected(pool):
+    """The workers of ``pool`` that are up (connected, not let go)."""
+    return [w for w in pool.stats().workers if w.state in ("idle", "busy")]
+
+
 def _wait_connected(pool, n, timeout=240):
     """Wait until ``n`` workers have connected (cluster backends start them slowly)."""
     deadline = time.monotonic() + timeout
-    while sum(1 for w in list(pool._workers.values()) if w.connected and w.alive) < n:
+    while len(_connected(pool)) < n:
         assert time.monotonic() < deadline, f"fewer than {n} workers connected"
         time.sleep(0.05)
 
@@ -122,6 +127,8 @@ def test_maxtasksperchild_replaces_workers():
     with fiber.Pool(2, maxtasksperchild=2) as p:
         pids = p.map(pid_of, range(8), chunksize=1)
         assert len(set(pids)) >= 4
+        # as multiprocessing: a worker runs at most maxtasksperchild tasks
+        assert max(pids.count(pid) for pid in pids) <= 2
 
 
 def test_context_manager_and_close_join():
@@ -154,8 +161,7 @@ def test_killed_workers_lose_nothing():
     def killer():
         rnd = random.Random(7)
         while not stop.wait(interval):
-            live = [w for w in list(pool._workers.values())
-                    if w.connected and w.alive and w.process is not None]
+            live = [w for w in _connected(pool) if w.process is not None]
             if live:
                 victim = rnd.choice(live)
                 victim.process.kill()
@@ -198,7 +204,7 @@ def test_resize_grow_and_shrink():
         p.resize(1)
         assert p.map(square, range(10)) == [x * x for x in range(10)]
         deadline = time.monotonic() + 60
-        while len([w for w in p._workers.values() if w.alive]) > 1:
+        while len(p.stats().workers) > 1:
             assert time.monotonic() < deadline, "shrunk workers did not exit"
             time.sleep(0.1)
         with pytest.raises(ValueError):
@@ -211,7 +217,8 @@ def test_resize_grow_and_shrink():
 def test_terminate_ends_every_worker():
     p = fiber.Pool(3)
     p.map(square, range(10))
-    workers = [w.process for w in p._workers.values()]
+    workers = [w.process for w in p.stats().workers]
+    assert len(workers) == 3 and None not in workers
     pending = p.apply_async(time.sleep, (30,))
     p.terminate()
     p.join()
@@ -229,7 +236,7 @@ def test_two_pools_at_once():
 
 
 def _pool_worker_processes(p):
-    return [w.process for w in list(p._workers.values()) if w.process is not None]
+    return [w.process for w in p.stats().workers if w.process is not None]
 
 
 def test_garbage_collected_pool_ends_its_workers():

@@ -19,8 +19,8 @@ def slow_square(x: int) -> int:
 
 
 def live_workers(pool) -> list:
-    return [w for w in list(pool._workers.values())
-            if w.connected and w.alive and w.process is not None]
+    return [w for w in pool.stats().workers
+            if w.state in ("idle", "busy") and w.process is not None]
 
 
 def test_scancelled_worker_loses_nothing(slurm_cluster, squeue_live):

@@ -1,3 +1,11 @@
-"""The machinery behind :class:`fiber.Pool`: the loop a worker runs in its job
-(:mod:`~fiber.runtime.pool.worker`) and the result objects
-(:mod:`~fiber.runtime.pool.results`)."""
+"""The machinery behind :class:`fiber.Pool`, by job:
+
+* :mod:`~fiber.runtime.pool.scheduler`: the pending table (queued tasks, the batches
+  each worker holds, requeueing on a lost worker), plain bookkeeping;
+* :mod:`~fiber.runtime.pool.workers`: the worker set (starting, supervising, resizing
+  and ending the worker processes);
+* :mod:`~fiber.runtime.pool.channel`: the pool's hub channel, which decodes what workers
+  send;
+* :mod:`~fiber.runtime.pool.worker`: the loop a worker runs in its job;
+* :mod:`~fiber.runtime.pool.results`: the result objects.
+"""

@@ -13,11 +13,14 @@ import collections
 import threading
 import time
 from collections.abc import Callable
+from typing import Any, Generic, TypeVar
 
 from fiber.errors import TimeoutError
 
+_T = TypeVar("_T")
 
-class ApplyResult:
+
+class ApplyResult(Generic[_T]):
     """The result of ``apply_async``; also the base of MapResult.
 
     Readiness is signalled by a bare lock that is held from creation until the outcome
@@ -25,7 +28,8 @@ class ApplyResult:
     allocation and several Python calls per wait and per set, which is a quarter of the
     parent's CPU time on an ``apply_async(...).get()`` round trip."""
 
-    def __init__(self, callback=None, error_callback=None) -> None:
+    def __init__(self, callback: Callable[[_T], object] | None = None,
+                 error_callback: Callable[[BaseException], object] | None = None) -> None:
         self._done = _thread.allocate_lock()
         self._done.acquire()  # released once, when the outcome is in
         self._claim = _thread.allocate_lock()  # taken by the first outcome
@@ -35,7 +39,7 @@ class ApplyResult:
         self._callback = callback
         self._error_callback = error_callback
         self._success = False
-        self._value = None
+        self._value: Any = None
 
     def ready(self) -> bool:
         return self._ready
@@ -64,7 +68,7 @@ class ApplyResult:
         if got:
             self._done.release()  # every other waiter passes too
 
-    def get(self, timeout: float | None = None):
+    def get(self, timeout: float | None = None) -> _T:
         self.wait(timeout)
         if not self._ready:
             raise TimeoutError
@@ -72,7 +76,7 @@ class ApplyResult:
             return self._value
         raise self._value
 
-    def _finish(self, ok: bool, value) -> None:
+    def _finish(self, ok: bool, value: Any) -> None:
         if not self._claim.acquire(False):
             return  # the first outcome stands
         self._success, self._value = ok, value
@@ -85,26 +89,27 @@ class ApplyResult:
             self._ready = True
             self._done.release()
 
-    def _set(self, start: int, count: int, ok: bool, value) -> None:
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         self._finish(ok, value)
 
 
 AsyncResult = ApplyResult
 
 
-class MapResult(ApplyResult):
+class MapResult(ApplyResult[list[_T]]):
     """The result of ``map_async``/``starmap_async``: a list in input order, or the
     first failure."""
 
-    def __init__(self, length: int, callback=None, error_callback=None) -> None:
+    def __init__(self, length: int, callback: Callable[[list[_T]], object] | None = None,
+                 error_callback: Callable[[BaseException], object] | None = None) -> None:
         super().__init__(callback, error_callback)
-        self._values: list = [None] * length
+        self._values: list[Any] = [None] * length
         self._left = length
         self._lock = threading.Lock()
         if length == 0:
             self._finish(True, [])
 
-    def _set(self, start: int, count: int, ok: bool, value) -> None:
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._lock:
             if self._ready:
                 return
@@ -118,19 +123,19 @@ class MapResult(ApplyResult):
             self._finish(ok, self._values if ok else value)
 
 
-class IMapIterator:
+class IMapIterator(Generic[_T]):
     """The iterator of ``imap``: results in input order, as they become available."""
 
     def __init__(self, length: int) -> None:
         self._cond = threading.Condition()
         self._length = length
         self._next = 0
-        self._outcomes: dict[int, tuple[bool, object]] = {}
+        self._outcomes: dict[int, tuple[bool, Any]] = {}
 
-    def __iter__(self):
+    def __iter__(self) -> IMapIterator[_T]:
         return self
 
-    def _set(self, start: int, count: int, ok: bool, value) -> None:
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._cond:
             if ok:
                 for offset, item in enumerate(value):
@@ -144,7 +149,7 @@ class IMapIterator:
     def _ready(self) -> bool:
         return self._next >= self._length or self._next in self._outcomes
 
-    def next(self, timeout: float | None = None):
+    def next(self, timeout: float | None = None) -> _T:
         with self._cond:
             if not self._cond.wait_for(self._ready, timeout):
                 raise TimeoutError
@@ -159,14 +164,14 @@ class IMapIterator:
     __next__ = next
 
 
-class IMapUnorderedIterator(IMapIterator):
+class IMapUnorderedIterator(IMapIterator[_T]):
     """The iterator of ``imap_unordered``: results in the order they finish."""
 
     def __init__(self, length: int) -> None:
         super().__init__(length)
-        self._arrived: collections.deque = collections.deque()
+        self._arrived: collections.deque[tuple[bool, Any]] = collections.deque()
 
-    def _set(self, start: int, count: int, ok: bool, value) -> None:
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._cond:
             if ok:
                 self._arrived.extend((True, item) for item in value)
@@ -177,7 +182,7 @@ class IMapUnorderedIterator(IMapIterator):
     def _ready(self) -> bool:
         return self._next >= self._length or bool(self._arrived)
 
-    def next(self, timeout: float | None = None):
+    def next(self, timeout: float | None = None) -> _T:
         with self._cond:
             if not self._cond.wait_for(self._ready, timeout):
                 raise TimeoutError

@@ -17,6 +17,8 @@ from __future__ import annotations
 import collections
 import logging
 import pickle
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from fiber.errors import ConnectionLostError
 from fiber.wire import serialization, transport
@@ -33,14 +35,18 @@ TASKS = PoolOp.TASKS
 CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
 
 
-def load_functions(batch, funcs: dict) -> None:
+# [(task_id, func_id, func_bytes or None when the worker has it, kind, payload), ...]
+Batch = Sequence[tuple[int, int, bytes | None, int, Any]]
+
+
+def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
     """Unpickle the functions a batch brings (this may import their modules)."""
     for _, func_id, func_bytes, _, _ in batch:
         if func_bytes is not None and func_id not in funcs:
             funcs[func_id] = serialization.loads_code(func_bytes)
 
 
-def run_batch(batch, funcs: dict) -> list:
+def run_batch(batch: Batch, funcs: dict[int, Any]) -> list[tuple[int, bool, Any]]:
     """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]``; returns
     ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception."""
     load_functions(batch, funcs)
@@ -61,7 +67,7 @@ def run_batch(batch, funcs: dict) -> list:
     return results
 
 
-def encode_results(worker_id: int, line: int, results: list) -> bytes:
+def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]]) -> bytes:
     head = RESULTS + _HEADER.pack(worker_id, line)
     try:
         return head + serialization.dumps(results)
@@ -77,19 +83,22 @@ def encode_results(worker_id: int, line: int, results: list) -> bytes:
         return head + serialization.dumps(safe)
 
 
-def _unpicklable_result(exc: Exception, value) -> Exception:
-    from multiprocessing.pool import MaybeEncodingError
+def _unpicklable_result(exc: Exception, value: Any) -> Exception:
+    import multiprocessing.pool  # lazy: only for a result that cannot be pickled
 
-    return MaybeEncodingError(exc, value)
+    error: type[Exception] = multiprocessing.pool.MaybeEncodingError  # type: ignore[attr-defined]  # missing from typeshed
+    return error(exc, value)
 
 
-def worker(address: str, cid: int, worker_id: int, initializer=None, initargs=()) -> None:
+def worker(address: str, cid: int, worker_id: int,
+           initializer: Callable[..., object] | None = None,
+           initargs: Sequence[Any] = ()) -> None:
     if initializer is not None:
         serialization.rebind_main(initializer)(*initargs)
     client = transport.get_client(address)
     funcs: dict[int, object] = {}
     confirm = client.context()
-    lines = collections.deque()
+    lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))

@@ -1,0 +1,103 @@
+"""The pool's channel on the hub: decodes what workers send and hands it to the pending
+table (:mod:`~fiber.runtime.pool.scheduler`).
+
+Each request is a :class:`~fiber.wire.protocol.PoolOp` code and
+:data:`~fiber.wire.protocol.POOL_HEADER` (worker id, line):
+
+* ``READY``: a line is open (the first one tells that the worker is up);
+* ``RESULTS``: the results of the batch the line held, and the line is open again;
+* ``STARTED``: the worker begins the suspect batch of a line (sent on a third line,
+  answered at once).
+
+A request from a worker the pool no longer knows is answered ``STOP``; if it carries
+results, they are the *lost results* of a worker given up too early and are accepted.
+Handlers run on the stream wire's selector thread, or on a thread that waits for an
+``apply_async`` result and reads its worker's connection itself (:func:`wait_directly`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Iterable
+
+from fiber.runtime.pool.results import ApplyResult
+from fiber.runtime.pool.scheduler import Outcome, Scheduler, Task, settle
+from fiber.wire import serialization, transport
+from fiber.wire.protocol import POOL_HEADER, PoolOp
+
+_READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
+_HEADER_END = 1 + POOL_HEADER.size
+
+logger = logging.getLogger("fiber")
+
+
+class PoolChannel:
+    """Hub channel of one pool; forwards to its pending table while the pool exists
+    (the table is held weakly, so that an unreferenced pool can be collected)."""
+
+    def __init__(self, scheduler: Scheduler, lock: threading.RLock) -> None:
+        self._scheduler = weakref.ref(scheduler)
+        self._lock = lock
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        scheduler = self._scheduler()
+        if scheduler is None:
+            request.reply(_STOP)
+            return
+        op = bytes(payload[:1])
+        wid, line = POOL_HEADER.unpack_from(payload, 1)
+        done: list[Outcome] = []
+        with self._lock:
+            w = scheduler.workers.get(wid)
+            if w is None or not w.alive or line not in (0, 1):
+                if op == _RESULTS and scheduler.lost.get(wid):
+                    done = scheduler.lost_results(
+                        wid, serialization.loads(payload[_HEADER_END:]))
+                request.reply(_STOP)
+            elif op == _RESULTS:
+                done = scheduler.results(w, line, request,
+                                         serialization.loads(payload[_HEADER_END:]))
+            elif op == _READY:
+                scheduler.ready(w, line, request)
+            elif op == _STARTED:
+                scheduler.started_batch(w, line)
+                request.reply(b"")
+            else:
+                request.reply(b"unknown pool request", transport.ERROR)
+        if done:
+            deliver(done)
+
+    def peer_gone(self, peer: int) -> None:
+        scheduler = self._scheduler()
+        if scheduler is None:
+            return
+        with self._lock:
+            w = scheduler.by_peer.get(peer)
+            failed = scheduler.lose(w) if w is not None else []
+        settle(failed)
+
+
+def deliver(done: Iterable[Outcome]) -> None:
+    """Deliver results as workers sent them (errors packed); call without the lock."""
+    for task, ok, value in done:
+        if not ok:
+            value = serialization.unpack_exception(value)
+        try:
+            task.sink._set(task.start, task.count, ok, value)
+        except Exception:  # noqa: BLE001 - a user's callback must not stop the pool
+            logger.exception("a callback of pool task %s raised", task.describe())
+
+
+def wait_directly(task: Task, result: ApplyResult, timeout: float | None) -> None:
+    """Wait for ``result`` by reading its worker's connection on this thread (see
+    :meth:`fiber.wire.stream.StreamListener.read_directly`); returns early, leaving the
+    caller to wait as usual, when the task is not with a worker or moves to another."""
+    w = task.worker
+    if w is None or not w.alive:
+        return
+    read_until = getattr(w.wire, "read_until", None)
+    if read_until is None:
+        return
+    read_until(lambda: result._ready or task.worker is not w or not w.alive, timeout)

@@ -1,0 +1,592 @@
+"""The pool's pending table: which tasks wait, which worker holds which, and what becomes
+of them when a worker is lost.
+
+It is plain bookkeeping: no processes, no threads, no connections. The hub channel
+(:mod:`~fiber.runtime.pool.channel`) feeds it what workers send, the worker set
+(:mod:`~fiber.runtime.pool.workers`) tells it of workers started and ended, and
+:class:`fiber.Pool` submits tasks. Every method of :class:`Scheduler` expects its
+caller to hold the pool's lock; outcomes it returns are delivered by the caller once the
+lock is released (:func:`settle`, :func:`fiber.runtime.pool.channel.deliver`). A line
+it answers is anything with ``reply(data) -> bool``, which lets unit tests drive it
+with fakes.
+
+Vocabulary:
+
+* **task**: one ``apply`` call, or one chunk of a ``map`` (``count`` items).
+* **line**: one of a worker's two standing requests on the pool's channel (0 and 1).
+  A worker waits on its lines in strict alternation; the master mirrors that order in
+  :attr:`Worker.order`, so the first line of the order is the one whose batch runs.
+* **parked**: a line whose request the master holds unanswered, ready to carry a batch.
+* **batch**: the tasks sent in one answer to a line; a line *holds* its batch until the
+  worker sends its results on that line.
+* **idle** worker: connected and holding no batch; **spare** worker: running a batch
+  with its other line parked, so it can take one in advance. The two lists of the
+  table keep workers with a parked line, idle ones first.
+* **prefetch**: a spare worker taking a batch in advance. Allowed only while the queue
+  holds more tasks than the *starting* workers will take, so the first workers up do
+  not take the work of the others.
+* **starting** worker: asked for (its job is being started, or it runs its
+  initializer) but not yet connected.
+* **suspect task**: one that was running when its worker was lost. It runs again
+  **alone** (a batch of one, flagged so that the worker confirms with ``STARTED`` that
+  it began it: only a real start counts as an attempt). A chunk that was running is
+  **superseded** by its items, each a suspect task, so a poison item fails alone with
+  :class:`~fiber.errors.WorkerLostError` after ``attempts_limit`` attempts.
+* **lost results**: results that a lost worker had sent before it was given up; they
+  are accepted once (a task is *done* when its outcome was delivered, and a done task
+  is never delivered again), so nothing is lost nor delivered twice.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
+
+from fiber.errors import WorkerLostError
+from fiber.wire import serialization
+from fiber.wire.protocol import PoolOp, TaskKind
+
+logger = logging.getLogger("fiber")
+
+RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
+STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
+MAX_BATCH = 64  # tasks a batch takes after its first, at most
+FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
+LOST_KEPT = 64  # lost workers whose late results are still accepted
+
+_STOP, _TASKS = PoolOp.STOP, PoolOp.TASKS
+_CALL = TaskKind.CALL
+
+
+class Sink(Protocol):
+    """Where a task's outcome goes: a result object of :mod:`~fiber.runtime.pool.results`."""
+
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None: ...
+
+
+class Line(Protocol):
+    """A worker's request, answered once (:class:`fiber.wire.transport.Request`);
+    ``peer`` names the worker's connection."""
+
+    peer: int
+
+    def reply(self, data: bytes) -> bool: ...
+
+
+class Task:
+    """One task: ``payload`` is ``(args, kwds)`` for a call, else a chunk of ``count``
+    items that start at index ``start`` of the input."""
+
+    __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
+                 "alone", "done", "superseded", "started", "worker")
+
+    def __init__(self, tid: int, fid: int, kind: int, payload: Any, sink: Sink, start: int,
+                 count: int) -> None:
+        self.id = tid
+        self.fid = fid
+        self.kind = kind
+        self.payload = payload
+        self.sink = sink
+        self.start = start
+        self.count = count
+        self.attempts = 0
+        self.alone = False  # a suspect task: runs in a batch of its own
+        self.done = False  # its outcome was delivered
+        self.superseded = False  # split into items that run instead
+        self.started = False  # a worker confirmed it began this (suspect) task
+        self.worker: Worker | None = None  # the worker it was last sent to
+
+    def describe(self) -> str:
+        if self.kind == _CALL:
+            args, kwds = self.payload
+            return f"call with args={args!r:.200} kwds={kwds!r:.100}"
+        return f"item {self.start} ({self.payload[0]!r:.200})"
+
+
+class Worker:
+    """The master's mirror of one worker: which of its two lines are parked here, which
+    hold a batch, and the order in which the worker waits on them. ``process`` is set by
+    the worker set, ``peer`` and ``wire`` by the channel; the table does not use them."""
+
+    __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
+                 "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
+                 "wire")
+
+    def __init__(self, wid: int) -> None:
+        self.id = wid
+        self.process: Any = None
+        self.peer: int | None = None
+        self.order: collections.deque[int] = collections.deque((0, 1))
+        self.parked: dict[int, Line] = {}
+        self.held: dict[int, list[Task]] = {}
+        self.funcs: set[int] = set()  # functions it has (sent once)
+        self.dispatched = 0  # tasks sent to it
+        self.stopping = False  # let go (resize, maxtasksperchild): ends after its batches
+        self.dismissed = False  # told to exit (a line was answered STOP)
+        self.alive = True
+        self.connected = False
+        self.listed = False  # in the table's idle or spare list
+        self.wire: Any = None  # a request it sent: its connection, for reading directly
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.held)
+
+    @property
+    def state(self) -> str:
+        """``starting``, ``idle``, ``busy`` or ``stopping``."""
+        if self.stopping or self.dismissed:
+            return STOPPING
+        if not self.connected:
+            return STARTING
+        return BUSY if self.held else IDLE
+
+    def free_line(self) -> int | None:
+        """The line to answer next: the first in the worker's waiting order that is
+        parked here, provided every line before it already holds a batch."""
+        for line in self.order:
+            if line in self.parked:
+                return line
+            if line not in self.held:
+                return None
+        return None
+
+    def running(self) -> list[Task]:
+        """The batch the worker is running (the first line in its order, if it holds
+        one)."""
+        return self.held.get(self.order[0], []) if self.order else []
+
+
+Outcome = tuple[Task, bool, Any]  # a task, whether it succeeded, its value or error
+
+
+def settle(outcomes: Iterable[Outcome]) -> None:
+    """Deliver outcomes whose errors are exception objects; call without the lock."""
+    for task, ok, value in outcomes:
+        try:
+            task.sink._set(task.start, task.count, ok, value)
+        except Exception:  # noqa: BLE001 - a user's callback must not stop the pool
+            logger.exception("a callback of pool task %s raised", task.describe())
+
+
+class Scheduler:
+    """The pending table of one pool (see the module's docstring).
+
+    ``target`` is the pool's size, ``attempts_limit`` how many workers a task may lose
+    before it fails, ``maxtasks`` the pool's ``maxtasksperchild``; ``notify`` is called
+    when the supervisor of the workers may have something to do.
+    """
+
+    def __init__(self, target: int, attempts_limit: int, maxtasks: int | None = None,
+                 notify: Callable[[], None] | None = None) -> None:
+        self.target = target
+        self.attempts_limit = attempts_limit
+        self.maxtasks = maxtasks
+        self.notify: Callable[[], None] = notify or (lambda: None)
+        self.state = RUN
+        self.broken: Exception | None = None
+        self.queue: collections.deque[Task] = collections.deque()
+        # workers with a parked line: with nothing to do, and busy ones (prefetch)
+        self.idle: collections.deque[Worker] = collections.deque()
+        self.spare: collections.deque[Worker] = collections.deque()
+        self.workers: dict[int, Worker] = {}  # every worker that is alive
+        self.by_peer: dict[int, Worker] = {}
+        self.starting = 0  # workers asked for that have not connected yet
+        self.start_failures = 0  # workers in a row that ended before connecting
+        self.task_ids = itertools.count()
+        self.worker_ids = itertools.count(1)
+        self.func_ids = itertools.count()
+        self.funcs: collections.OrderedDict[int, tuple[object, int, bytes]] = \
+            collections.OrderedDict()
+        self.func_bytes: dict[int, bytes] = {}
+        # tasks held by recently lost workers: their results may still be in flight
+        self.lost: collections.OrderedDict[int, dict[int, Task]] = collections.OrderedDict()
+        # counts for Pool.stats()
+        self.done = 0  # tasks delivered with a value
+        self.failed = 0  # tasks delivered with an error
+        self.started = 0  # workers asked for, over the pool's life
+        self.lost_workers = 0  # workers that ended without being let go
+        self.replaced = 0  # workers started in place of lost ones
+        self._unreplaced = 0
+
+    # -- submitting -----------------------------------------------------------------
+    def check_running(self) -> None:
+        if self.state != RUN:
+            raise ValueError("Pool not running")
+        if self.broken is not None:
+            raise self.broken
+
+    def func_id(self, func: Callable[..., Any]) -> int:
+        """The id under which workers know ``func`` (pickled once, cached by identity)."""
+        key = id(func)
+        entry = self.funcs.get(key)
+        if entry is not None and entry[0] is func:
+            self.funcs.move_to_end(key)
+            return entry[1]
+        code = serialization.dumps_code(func)
+        fid = next(self.func_ids)
+        self.funcs[key] = (func, fid, code)
+        self.func_bytes[fid] = code
+        if len(self.funcs) > FUNC_CACHE:
+            _, (_, old, _) = self.funcs.popitem(last=False)
+            self.func_bytes.pop(old, None)  # workers that have it keep it
+        return fid
+
+    def submit_call(self, func: Callable[..., Any], args: Iterable[Any],
+                    kwds: Mapping[str, Any] | None, sink: Sink) -> Task:
+        """Queue ``func(*args, **kwds)`` and hand out what can be."""
+        if self.state != RUN or self.broken is not None:
+            self.check_running()
+        task = Task(next(self.task_ids), self.func_id(func), _CALL,
+                    (tuple(args), dict(kwds or {})), sink, 0, 1)
+        self.queue.append(task)
+        self.dispatch_waiting()
+        return task
+
+    def submit_chunks(self, func: Callable[..., Any], items: list[Any], chunksize: int,
+                      kind: int, sink: Sink) -> None:
+        """Queue ``items`` in chunks of ``chunksize`` and hand out what can be."""
+        self.check_running()
+        fid = self.func_id(func)
+        ids = self.task_ids
+        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink, i,
+                               len(items[i:i + chunksize]))
+                          for i in range(0, len(items), chunksize))
+        self.dispatch_waiting()
+
+    # -- what workers send (called by the channel) ----------------------------------
+    def ready(self, w: Worker, line: int, request: Line) -> None:
+        """A worker opened ``line``; its first one means it is up."""
+        if not w.connected:
+            w.connected = True
+            self.starting -= 1
+            self.start_failures = 0
+            w.peer = request.peer
+            self.by_peer[request.peer] = w
+        self.park(w, line, request)
+
+    def started_batch(self, w: Worker, line: int) -> None:
+        """The worker confirmed that it begins the (suspect) batch of ``line``."""
+        for task in w.held.get(line, []):
+            task.started = True
+
+    def results(self, w: Worker, line: int, request: Line,
+                items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
+        """The results of the batch ``line`` held; the line is open again. Returns the
+        outcomes to deliver (errors still packed)."""
+        batch = {t.id: t for t in w.held.pop(line, [])}
+        done = []
+        failed = 0
+        for tid, ok, value in items:
+            task = batch.pop(tid, None)
+            if task is not None and not task.done:
+                task.done = True
+                done.append((task, ok, value))
+                if not ok:
+                    failed += 1
+        self.done += len(done) - failed
+        self.failed += failed
+        if w.order and w.order[0] == line:
+            w.order.rotate(-1)  # the worker now waits on its other line
+        self.park(w, line, request)
+        return done
+
+    def lost_results(self, wid: int, items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
+        """Results sent by worker ``wid`` before it was given up: each task not yet
+        done (nor superseded) is accepted once."""
+        lost = self.lost.get(wid)
+        done = []
+        failed = 0
+        if lost:
+            for tid, ok, value in items:
+                task = lost.pop(tid, None)
+                if task is not None and not task.done and not task.superseded:
+                    task.done = True
+                    done.append((task, ok, value))
+                    if not ok:
+                        failed += 1
+        self.done += len(done) - failed
+        self.failed += failed
+        return done
+
+    def park(self, w: Worker, line: int, request: Line) -> None:
+        w.parked[line] = request
+        w.wire = request
+        self.offer(w)
+        if self.state == CLOSE and not self.unfinished():
+            self.notify()
+
+    # -- handing out ----------------------------------------------------------------
+    def unfinished(self) -> bool:
+        return bool(self.queue) or any(w.busy for w in self.workers.values())
+
+    def offer(self, w: Worker) -> None:
+        """A worker has a parked line: give it work, keep it, or stop it."""
+        if w.stopping or (self.maxtasks is not None and w.dispatched >= self.maxtasks):
+            w.stopping = True
+            if not w.busy:
+                self.stop_lines(w)
+                self.notify()
+            if self.state != RUN:
+                self.stop_idle()  # this may have been the last result of a closed pool
+            return
+        while self.queue:
+            line = w.free_line()
+            if line is None or (w.busy and not self.may_prefetch()) \
+                    or not self.send_batch(w, line):
+                break
+        if self.state != RUN and not self.unfinished():
+            self.stop_lines(w)  # also a line that arrived after the others were stopped
+            self.stop_idle()
+            return
+        if w.free_line() is None:
+            return
+        if not w.listed:
+            w.listed = True
+            (self.spare if w.busy else self.idle).append(w)
+        if self.state != RUN:
+            self.stop_idle()
+
+    def stop_lines(self, w: Worker) -> None:
+        parked, w.parked = w.parked, {}
+        if parked:
+            w.dismissed = True
+        for request in parked.values():
+            request.reply(_STOP)
+
+    def stop_idle(self) -> None:
+        if self.unfinished():
+            return
+        for w in list(self.workers.values()):
+            if not w.busy:
+                self.stop_lines(w)
+
+    def send_batch(self, w: Worker, line: int) -> bool:
+        """Answer the worker's parked ``line`` with a batch from the queue; False when
+        there was nothing to send, or the worker has had its ``maxtasks``."""
+        if self.maxtasks is not None and w.dispatched >= self.maxtasks:
+            return False
+        queue = self.queue
+        while queue and queue[0].done:
+            queue.popleft()  # delivered late by a lost worker
+        if not queue:
+            return False
+        # size batches by the pool's target size, not by the workers up so far: the
+        # first workers to connect must not take the work of those still starting
+        alive = max(1, self.target,
+                    sum(1 for x in self.workers.values() if x.connected and x.alive))
+        first = queue.popleft()
+        batch = [first]
+        if not first.alone and first.count == 1:  # chunks are batches already
+            size = min(MAX_BATCH, len(queue) // (2 * alive))
+            if self.maxtasks is not None:
+                size = min(size, self.maxtasks - w.dispatched - 1)
+            while size > 0 and queue and not queue[0].alone and queue[0].count == 1:
+                task = queue.popleft()
+                if not task.done:
+                    batch.append(task)
+                    size -= 1
+        wire = []
+        for task in batch:
+            if task.fid in w.funcs:
+                code = None
+            else:
+                code = self.func_bytes[task.fid]
+                w.funcs.add(task.fid)
+            wire.append((task.id, task.fid, code, task.kind, task.payload))
+        try:
+            data = serialization.dumps((first.alone, wire))
+        except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
+            for task in batch:
+                task.done = True
+                task.sink._set(task.start, task.count, False, exc)
+            self.failed += len(batch)
+            return True
+        request = w.parked.pop(line)
+        w.held[line] = batch
+        for task in batch:
+            task.worker = w
+        w.dispatched += len(batch)
+        if not request.reply(_TASKS + data):
+            del w.held[line]  # the worker is gone; lose() will not see this batch
+            w.dispatched -= len(batch)
+            for task in reversed(batch):
+                task.worker = None
+                queue.appendleft(task)
+            return False
+        return True
+
+    def dispatch_waiting(self) -> None:
+        """Queued tasks and parked lines: hand them out, idle workers first."""
+        while self.queue:
+            w = self.next_worker()
+            if w is None:
+                return
+            line = w.free_line()
+            assert line is not None  # next_worker() returns workers with one
+            self.send_batch(w, line)
+            if w.free_line() is not None and not w.listed:
+                w.listed = True
+                (self.spare if w.busy else self.idle).append(w)
+
+    def may_prefetch(self) -> bool:
+        """Whether a busy worker may take a batch in advance: only when the queue holds
+        more than the workers still starting will take (so the first workers up do not
+        take the first tasks of the others)."""
+        return len(self.queue) > self.starting
+
+    def next_worker(self) -> Worker | None:
+        """A worker with a line to answer: one with nothing to do, else a busy one (not
+        one that has had its ``maxtasks``: it is let go once its results are in)."""
+        for listing in (self.idle, self.spare):
+            if listing is self.spare and not self.may_prefetch():
+                return None
+            while listing:
+                w = listing.popleft()
+                w.listed = False
+                if w.alive and not w.stopping and w.free_line() is not None \
+                        and (self.maxtasks is None or w.dispatched < self.maxtasks):
+                    return w
+        return None
+
+    # -- the worker set's news ------------------------------------------------------
+    def new_workers(self, n: int) -> list[Worker]:
+        """Records for ``n`` workers about to be started (counted as starting)."""
+        new = [Worker(next(self.worker_ids)) for _ in range(n)]
+        for w in new:
+            self.workers[w.id] = w
+        self.starting += n
+        self.started += n
+        replacing = min(n, self._unreplaced)
+        self.replaced += replacing
+        self._unreplaced -= replacing
+        return new
+
+    def start_failed(self, w: Worker) -> None:
+        """Starting ``w`` failed before it had a job."""
+        if w.alive:
+            w.alive = False
+            self.starting -= 1
+        self.workers.pop(w.id, None)
+
+    def retire(self, w: Worker) -> None:
+        """Let ``w`` go: it ends once the batches it holds are done."""
+        w.stopping = True
+        if not w.busy:
+            self.stop_lines(w)
+
+    def lose(self, w: Worker) -> list[Outcome]:
+        """A worker is gone: put its tasks back, fail the ones out of attempts (returned,
+        to be delivered with :func:`settle`)."""
+        if not w.alive:
+            return []
+        w.alive = False
+        if not w.connected:
+            self.starting -= 1
+        self.workers.pop(w.id, None)
+        if w.peer is not None:
+            self.by_peer.pop(w.peer, None)
+        if self.state == TERMINATE:
+            return []  # its tasks were failed by terminate()
+        if not (w.stopping or w.dismissed):
+            self.lost_workers += 1
+            self._unreplaced += 1
+        first = w.running()
+        running = [t for t in first if not t.done]
+        later = [t for batch in w.held.values() if batch is not first
+                 for t in batch if not t.done]
+        w.held.clear()
+        self.lost[w.id] = {t.id: t for t in running + later}
+        while len(self.lost) > LOST_KEPT:
+            self.lost.popitem(last=False)
+        retry: list[Task] = []
+        failed = []
+        for task in running:
+            if task.alone and not task.started:
+                later.insert(0, task)  # never began: its worker died of something else
+                continue
+            task.started = False
+            task.attempts += 1
+            if task.attempts >= self.attempts_limit:
+                failed.append(task)
+            else:
+                retry.extend(self.split(task))
+        if running:
+            logger.warning("pool worker %d died holding %d task(s); requeued %d",
+                           w.id, len(running) + len(later), len(retry) + len(later))
+            logger.debug("pool worker %d was running tasks %s", w.id,
+                         [(t.id, t.start, t.attempts) for t in running])
+        for task in reversed(retry + later):
+            self.queue.appendleft(task)
+        self.notify()
+        self.dispatch_waiting()
+        outcomes: list[Outcome] = []
+        for task in failed:
+            task.done = True
+            outcomes.append((task, False, WorkerLostError(
+                f"pool task {task.describe()} failed: {task.attempts} worker(s) died "
+                "while running it (it may crash or exhaust its worker)")))
+        self.failed += len(outcomes)
+        return outcomes
+
+    def split(self, task: Task) -> list[Task]:
+        """A chunk that was running when its worker died runs again item by item."""
+        if task.kind == _CALL or task.count == 1:
+            task.alone = True
+            return [task]
+        parts = []
+        task.superseded = True
+        for offset, item in enumerate(task.payload):
+            part = Task(next(self.task_ids), task.fid, task.kind, [item], task.sink,
+                        task.start + offset, 1)
+            part.attempts = task.attempts
+            part.alone = True
+            parts.append(part)
+        return parts
+
+    # -- ending ---------------------------------------------------------------------
+    def close(self) -> None:
+        if self.state == RUN:
+            self.state = CLOSE
+            self.stop_idle()
+            self.notify()
+
+    def terminate(self) -> list[Outcome] | None:
+        """Stop handing out; returns the failures of every task not done (None when the
+        pool was terminated already)."""
+        if self.state == TERMINATE:
+            return None
+        self.state = TERMINATE
+        tasks = list(self.queue)
+        self.queue.clear()
+        for w in self.workers.values():
+            for batch in w.held.values():
+                tasks.extend(batch)
+        self.notify()
+        error = ValueError("the pool was terminated before this task finished")
+        outcomes: list[Outcome] = []
+        for task in tasks:
+            if not task.done:
+                task.done = True
+                outcomes.append((task, False, error))
+        self.failed += len(outcomes)
+        return outcomes
+
+    def break_(self, exc: BaseException) -> list[Outcome]:
+        """Workers cannot be started: refuse new work; returns the failures of the
+        queued tasks."""
+        if self.broken is None:
+            self.broken = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+        tasks = list(self.queue)
+        self.queue.clear()
+        self.notify()
+        outcomes: list[Outcome] = []
+        for task in tasks:
+            if not task.done:
+                task.done = True
+                outcomes.append((task, False, self.broken))
+        self.failed += len(outcomes)
+        return outcomes

@@ -1,0 +1,254 @@
+"""The worker set of a pool: starting workers, keeping the pool at its size, letting
+workers go, and ending them.
+
+Workers are job-backed processes (fiber Processes, made by the ``make_process`` the
+pool passes in) started on a small thread pool, the *starter*, since a cluster backend
+may take seconds per job. A *supervisor* thread keeps the number of live workers at the
+pool's target size: it asks the pending table (:mod:`~fiber.runtime.pool.scheduler`)
+for the records of the missing workers (they count as *starting* until they connect)
+and hands them to the starter. It holds the worker set only weakly between rounds, so
+an unreferenced pool can be garbage collected, which ends its workers.
+
+A worker whose job ends is lost to the table (its tasks are requeued). One that ends
+before it ever connected counts as a start failure; ``START_FAILURES_LIMIT`` of them in
+a row, or a ``start()`` that raises, *break* the pool: every waiting result fails with
+that error and new submissions raise it.
+
+Ending: ``terminate()`` ends every worker, including those whose start is under way
+(each is ended by its starter thread once its job exists), and returns once all of
+them are gone, as multiprocessing's does. ``join()`` after ``close()`` waits for the
+supervisor to see the last result out, then for every worker to exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol
+
+from fiber.errors import ProcessStartError
+from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
+from fiber.wire import transport
+
+logger = logging.getLogger("fiber")
+
+START_FAILURES_LIMIT = 3
+STARTER_THREADS = 8
+
+
+class WorkerProcess(Protocol):
+    """What the worker set needs of a worker's process (a :class:`fiber.Process`)."""
+
+    _popen: Any
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def start(self) -> None: ...
+
+    def terminate(self) -> None: ...
+
+    def kill(self) -> None: ...
+
+    def join(self, timeout: float | None = None) -> None: ...
+
+
+def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
+                      cid: int) -> None:
+    """End ``processes`` (bounded waits) after closing the pool's channel ``cid``."""
+    if hub is not None:
+        hub.remove_channel(cid)
+    processes = list(processes)
+    for p in processes:
+        try:
+            p.terminate()
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+    for p in processes:
+        try:
+            p.join(5)
+            if p.exitcode is None:
+                p.kill()
+                p.join(5)
+        except Exception:  # noqa: BLE001 - a worker that never started
+            pass
+
+
+class WorkerSet:
+    """The workers of one pool. ``make_process(worker_id)`` returns an unstarted
+    process; ``changed`` is the condition, on the pool's lock, that the table notifies;
+    the workers are ended when ``owner`` (the pool) is garbage collected."""
+
+    def __init__(self, owner: object, scheduler: Scheduler, changed: threading.Condition,
+                 make_process: Callable[[int], WorkerProcess], hub: transport.Hub,
+                 cid: int) -> None:
+        self._scheduler = scheduler
+        self._changed = changed
+        self._make_process = make_process
+        self._cid = cid
+        self.processes: list[WorkerProcess] = []  # every worker started, until joined
+        self.finalizer = weakref.finalize(owner, terminate_workers, self.processes, hub, cid)
+        self._starter = ThreadPoolExecutor(max_workers=STARTER_THREADS,
+                                           thread_name_prefix="fiber-pool-start")
+        self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
+                                            args=(weakref.ref(self), changed),
+                                            name="fiber-pool-supervisor")
+        self._supervisor.start()
+
+    # -- keeping the size -----------------------------------------------------------
+    @staticmethod
+    def _supervise(ref: weakref.ref[WorkerSet], changed: threading.Condition) -> None:
+        """Keep the pool at its size. Holds the set only weakly between rounds."""
+        while True:
+            workers = ref()
+            if workers is None:
+                return
+            with changed:
+                plan = workers._plan()
+                if plan is None:
+                    return
+                if not plan:
+                    del workers
+                    changed.wait(1.0)
+                    continue
+            for w in plan:
+                try:
+                    workers._starter.submit(workers._start, w)
+                except RuntimeError:  # terminated meanwhile
+                    return
+            del workers
+
+    def _plan(self) -> list[Worker] | None:
+        """Workers to start now ([] for none), or None when supervising is over.
+        Called with the lock held."""
+        s = self._scheduler
+        if s.state == TERMINATE or not self.finalizer.alive:
+            return None  # terminated, or the pool was collected during a start
+        live = sum(1 for w in s.workers.values() if w.alive and not w.stopping)
+        need = s.target - live
+        if s.state == CLOSE and not s.unfinished():
+            if not any(w.alive for w in s.workers.values()):
+                return None
+            need = 0
+        if need <= 0 or s.broken is not None:
+            return []
+        return s.new_workers(need)
+
+    def _start(self, w: Worker) -> None:
+        """Start the job of ``w`` (on a starter thread)."""
+        s = self._scheduler
+        process = self._make_process(w.id)
+        try:
+            process.start()
+        except Exception as exc:  # noqa: BLE001 - the pool reports it through results
+            logger.error("cannot start a pool worker: %s", exc)
+            self._break(exc)
+            with self._changed:
+                s.start_failed(w)
+            return
+        w.process = process
+        with self._changed:
+            self.processes[:] = [p for p in self.processes if p.exitcode is None]
+            self.processes.append(process)
+            # (the finalizer is no longer alive once it has begun: from then on it ends
+            # the processes it found, and this one is not among them)
+            late = s.state == TERMINATE or not self.finalizer.alive
+        if late:
+            # terminate(), or the collection of the pool, ended the workers it knew of
+            # while this one was starting
+            terminate_workers([process], None, self._cid)
+            return
+        ref = weakref.ref(self)
+
+        def ended() -> None:
+            workers = ref()
+            if workers is not None:
+                workers._ended(w)
+
+        process._popen.add_done_callback(ended)
+
+    def _ended(self, w: Worker) -> None:
+        """The job of ``w`` ended."""
+        s = self._scheduler
+        popen = w.process._popen if w.process is not None else None
+        if popen is not None and not w.connected and not w.stopping \
+                and s.state != TERMINATE:
+            with self._changed:
+                s.start_failures += 1
+                failures = s.start_failures
+            if failures >= START_FAILURES_LIMIT:
+                self._break(popen.start_error or ProcessStartError(
+                    f"{failures} pool workers in a row exited (last exit code "
+                    f"{popen.returncode}) before they could take tasks; see their output "
+                    "above"))
+        with self._changed:
+            failed = s.lose(w)
+        settle(failed)
+
+    def _break(self, exc: BaseException) -> None:
+        """Workers cannot be started: fail everything waiting, refuse new work."""
+        with self._changed:
+            failed = self._scheduler.break_(exc)
+        settle(failed)
+
+    # -- resizing -------------------------------------------------------------------
+    def resize(self, processes: int) -> None:
+        """Aim for ``processes`` workers; the ones let go finish what they hold."""
+        s = self._scheduler
+        with self._changed:
+            s.check_running()
+            s.target = processes
+            live = [w for w in s.workers.values() if w.alive and not w.stopping]
+            extra = len(live) - processes
+            if extra > 0:
+                live.sort(key=lambda w: (w.busy, w.connected))  # idle/unstarted first
+                for w in live[:extra]:
+                    self._retire(w)
+            self._changed.notify_all()
+
+    def _retire(self, w: Worker) -> None:
+        self._scheduler.retire(w)
+        if not w.connected and w.process is not None:
+            try:
+                w.process.terminate()
+            except Exception:  # noqa: BLE001 - the job may already be gone
+                logger.debug("terminating unstarted worker failed", exc_info=True)
+
+    # -- ending ---------------------------------------------------------------------
+    def terminate(self) -> None:
+        """Fail what is pending and end every worker now, including those whose start
+        is under way; returns once they are gone."""
+        with self._changed:
+            failed = self._scheduler.terminate()
+        if failed is None:
+            return
+        settle(failed)
+        self.finalizer()
+        # as multiprocessing's terminate() joins its workers: a worker whose start was
+        # under way is ended by _start before this returns
+        self._starter.shutdown(wait=True, cancel_futures=True)
+
+    def join(self) -> None:
+        """Wait for the workers to exit (after close() or terminate())."""
+        state = self._scheduler.state
+        if state == RUN:
+            raise ValueError("Pool is still running")
+        closing = state == CLOSE
+        if closing:
+            self._supervisor.join()
+        # after this, every worker asked for is in processes; terminate() has already
+        # ended (with bounded waits) those it knew of and the ones still starting
+        self._starter.shutdown(wait=True)
+        if not closing:
+            return
+        with self._changed:
+            processes = list(self.processes)
+        for p in processes:
+            try:
+                p.join()
+            except ProcessStartError:
+                pass
+        self.finalizer()

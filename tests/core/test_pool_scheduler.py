@@ -1,0 +1,307 @@
+"""The pool's pending table (fiber.runtime.pool.scheduler), driven directly.
+
+No pool, process or connection is involved: the workers and the wire are faked. A
+worker is a record from ``Scheduler.new_workers``; its lines are ``FakeLine`` objects
+that record the one answer the table gives them (a batch, or STOP); its results are
+handed to ``Scheduler.results`` as the channel would after decoding them.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from fiber.errors import WorkerLostError
+from fiber.runtime.pool.scheduler import (
+    BUSY,
+    IDLE,
+    MAX_BATCH,
+    STARTING,
+    STOPPING,
+    Scheduler,
+    Task,
+)
+from fiber.wire import serialization
+from fiber.wire.protocol import PoolOp, TaskKind
+
+
+def square(x):
+    return x * x
+
+
+class FakeLine:
+    """A worker's standing request: answered once."""
+
+    def __init__(self, peer: int, alive: bool = True) -> None:
+        self.peer = peer
+        self.alive = alive
+        self.answer: bytes | None = None
+
+    def reply(self, data: bytes) -> bool:
+        assert self.answer is None, "a line was answered twice"
+        self.answer = data
+        return self.alive
+
+    @property
+    def stopped(self) -> bool:
+        return self.answer == PoolOp.STOP
+
+    def batch(self) -> tuple[bool, list]:
+        """The batch it carried: (suspect, [(task_id, func_id, code, kind, payload)])."""
+        assert self.answer is not None and self.answer[:1] == PoolOp.TASKS
+        return serialization.loads(memoryview(self.answer)[1:])
+
+
+class Sink:
+    """Records outcomes as a result object would receive them."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[int, int, bool, object]] = []
+
+    def _set(self, start, count, ok, value) -> None:
+        self.outcomes.append((start, count, ok, value))
+
+
+def connect(s: Scheduler, w) -> dict[int, FakeLine]:
+    """The worker ``w`` opens both lines."""
+    lines = {line: FakeLine(peer=1000 + w.id) for line in (0, 1)}
+    for line, request in lines.items():
+        s.ready(w, line, request)
+    return lines
+
+
+def finish(s: Scheduler, w, line: int, request: FakeLine) -> tuple[FakeLine, list]:
+    """The worker runs the batch ``request`` brought on ``line`` and sends its results
+    (squares of the items) on a new request of that line."""
+    _, batch = request.batch()
+    results = [(tid, True, square(*payload[0]) if kind == TaskKind.CALL
+                else [square(x) for x in payload])
+               for tid, _, _, kind, payload in batch]
+    again = FakeLine(peer=1000 + w.id)
+    return again, s.results(w, line, again, results)
+
+
+def table(target=2, **kwargs) -> Scheduler:
+    kwargs.setdefault("attempts_limit", 3)
+    return Scheduler(target, **kwargs)
+
+
+def test_batches_grow_with_the_queue_and_chunks_go_alone():
+    s = table(target=2)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    assert s.idle and not lines[0].answer  # nothing to do yet: parked, idle
+    sink = Sink()
+    s.submit_chunks(square, list(range(100)), 1, TaskKind.MAP, sink)
+    # sized by the target (2 workers), not by the one worker up: 1 + 99 // 4, then
+    # the other line takes one in advance: 1 + 74 // 4
+    assert len(lines[0].batch()[1]) == 25
+    assert len(lines[1].batch()[1]) == 19
+    assert len(s.queue) == 56
+    assert w.state == BUSY and w.dispatched == 44
+    # the function travels once per worker
+    codes = [code for _, _, code, _, _ in lines[0].batch()[1] + lines[1].batch()[1]]
+    assert codes[0] is not None and codes[1:] == [None] * 43
+
+    s2 = table(target=1)
+    (w2,) = s2.new_workers(1)
+    lines2 = connect(s2, w2)
+    s2.submit_chunks(square, list(range(1000)), 1, TaskKind.MAP, Sink())
+    assert len(lines2[0].batch()[1]) == MAX_BATCH + 1
+
+    s3 = table(target=1)
+    (w3,) = s3.new_workers(1)
+    lines3 = connect(s3, w3)
+    s3.submit_chunks(square, list(range(30)), 10, TaskKind.MAP, Sink())
+    (chunk,) = lines3[0].batch()[1]  # a chunk is a batch of its own
+    assert chunk[4] == list(range(10))
+
+
+def test_results_are_delivered_and_the_line_takes_the_next_batch():
+    s = table(target=2)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    sink = Sink()
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)
+    assert [len(lines[n].batch()[1]) for n in (0, 1)] == [1, 1]
+    again, done = finish(s, w, 0, lines[0])
+    assert [(t.start, ok, value) for t, ok, value in done] == [(0, True, [0])]
+    assert list(w.order) == [1, 0]  # the worker now runs line 1's batch
+    assert len(again.batch()[1]) == 1  # line 0 took the last task in advance
+    _, done = finish(s, w, 1, lines[1])
+    _, done2 = finish(s, w, 0, again)
+    assert [t.start for t, _, _ in done + done2] == [1, 2]
+    assert w.state == IDLE and not s.unfinished()
+    assert s.done == 3 and s.failed == 0
+
+
+def test_no_prefetch_while_workers_start_unless_the_queue_is_long():
+    s = table(target=4)
+    first, *others = s.new_workers(4)
+    assert s.starting == 4 and {w.state for w in others} == {STARTING}
+    lines = connect(s, first)
+    assert s.starting == 3
+    s.submit_chunks(square, list(range(4)), 1, TaskKind.MAP, Sink())
+    # one task for the worker that is up; three stay for the three starting
+    assert len(lines[0].batch()[1]) == 1
+    assert lines[1].answer is None and len(s.queue) == 3
+    # more than the starting workers will take: the busy worker takes a batch ahead
+    s.submit_chunks(square, list(range(40)), 1, TaskKind.MAP, Sink())
+    assert lines[1].answer is not None and len(first.held) == 2
+    # a worker that connects now gets work at once
+    late = connect(s, others[0])
+    assert late[0].answer is not None
+
+
+def test_lost_worker_requeues_and_splits_its_running_chunk():
+    s = table(target=2)
+    (w1,) = s.new_workers(1)
+    lines = connect(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(6)), 3, TaskKind.MAP, sink)
+    running, ahead = lines[0].batch()[1], lines[1].batch()[1]
+    assert [t[4] for t in running + ahead] == [[0, 1, 2], [3, 4, 5]]
+    assert s.lose(w1) == []
+    assert s.lost_workers == 1 and w1.id not in s.workers
+    # the running chunk comes back as single suspect items, then the chunk held ahead
+    assert [(t.start, t.count, t.alone, t.attempts) for t in s.queue] == [
+        (0, 1, True, 1), (1, 1, True, 1), (2, 1, True, 1), (3, 3, False, 0)]
+    (w2,) = s.new_workers(1)
+    assert s.replaced == 1 and s.started == 2
+    lines2 = connect(s, w2)
+    suspect, batch = lines2[0].batch()
+    assert suspect and len(batch) == 1  # a suspect task runs alone
+
+
+def test_a_poison_task_fails_alone_after_its_attempts():
+    s = table(target=1, attempts_limit=2)
+    sink = Sink()
+    s.submit_call(square, (7,), None, sink)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    assert s.lose(w) == []  # attempt 1: requeued, alone
+    (task,) = s.queue
+    assert task.alone and task.attempts == 1
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    # its worker dies before confirming that it started the task: not an attempt
+    assert s.lose(w) == [] and task.attempts == 1
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    assert lines[0].batch()[0] is True
+    s.started_batch(w, 0)
+    failed = s.lose(w)
+    assert [(t, ok) for t, ok, _ in failed] == [(task, False)]
+    assert isinstance(failed[0][2], WorkerLostError) and "args=(7,)" in str(failed[0][2])
+    assert task.done and not s.queue and s.failed == 1
+
+
+def test_late_results_of_a_lost_worker_are_accepted_once():
+    s = table(target=2)
+    (w1,) = s.new_workers(1)
+    lines1 = connect(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(2)), 1, TaskKind.MAP, sink)
+    (running,), (ahead,) = lines1[0].batch()[1], lines1[1].batch()[1]
+    s.lose(w1)
+    (w2,) = s.new_workers(1)
+    lines2 = connect(s, w2)  # takes both tasks again
+    # results w1 sent before it was given up: each accepted once
+    late = s.lost_results(w1.id, [(running[0], True, [0]), (ahead[0], True, [1]),
+                                  (running[0], True, [0])])
+    assert [t.start for t, _, _ in late] == [0, 1]
+    _, done = finish(s, w2, 0, lines2[0])
+    assert done == []  # already delivered: not twice
+    assert s.done == 2
+
+
+def test_late_result_of_a_split_chunk_is_not_taken():
+    s = table(target=1)
+    w1, = s.new_workers(1)
+    lines = connect(s, w1)
+    s.submit_chunks(square, list(range(3)), 3, TaskKind.MAP, Sink())
+    (chunk,) = lines[0].batch()[1]
+    s.lose(w1)
+    # its items run instead: the chunk's own result would deliver them twice
+    assert s.lost_results(w1.id, [(chunk[0], True, [0, 1, 4])]) == []
+    assert len(s.queue) == 3
+
+
+def test_a_batch_sent_to_a_gone_worker_goes_back_to_the_queue():
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    s.ready(w, 0, FakeLine(peer=1, alive=False))
+    s.submit_call(square, (2,), None, Sink())
+    assert len(s.queue) == 1 and not w.held and w.dispatched == 0
+
+
+def test_maxtasksperchild_limits_batches_and_stops_the_worker():
+    s = table(target=1, maxtasks=2)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    s.submit_chunks(square, list(range(100)), 1, TaskKind.MAP, Sink())
+    # the first batch is cut to the worker's limit; nothing more is sent to it
+    assert len(lines[0].batch()[1]) == 2 and lines[1].answer is None
+    again, done = finish(s, w, 0, lines[0])
+    assert len(done) == 2
+    assert again.stopped and lines[1].stopped  # both lines retired: the worker exits
+    assert w.state == STOPPING and w.stopping
+    s.lose(w)  # its job ends
+    assert s.lost_workers == 0  # it was let go, not lost
+    assert len(s.queue) == 98
+
+
+def test_close_stops_idle_workers_once_everything_is_done():
+    s = table(target=2)
+    w1, w2 = s.new_workers(2)
+    lines1, lines2 = connect(s, w1), connect(s, w2)
+    s.submit_call(square, (3,), None, Sink())
+    s.close()
+    assert s.state == "CLOSE" and not lines2[0].stopped  # a task is still running
+    with pytest.raises(ValueError, match="not running"):
+        s.submit_call(square, (4,), None, Sink())
+    again, done = finish(s, w1, 0, lines1[0])
+    assert len(done) == 1
+    assert all(line.stopped for line in (again, lines1[1], lines2[0], lines2[1]))
+    assert w1.state == STOPPING == w2.state
+
+
+def test_terminate_fails_what_is_pending_and_break_refuses_work():
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    sink = Sink()
+    s.submit_chunks(square, list(range(4)), 1, TaskKind.MAP, sink)
+    assert lines[0].answer and lines[1].answer
+    failed = s.terminate()
+    assert failed is not None and len(failed) == 4
+    assert all(not ok and isinstance(v, ValueError) for _, ok, v in failed)
+    assert s.terminate() is None
+    assert s.lose(w) == [] and s.lost_workers == 0
+
+    s2 = table(target=1)
+    s2.submit_call(square, (1,), None, Sink())
+    failed = s2.break_(OSError("no room for jobs"))
+    assert len(failed) == 1 and isinstance(failed[0][2], OSError)
+    with pytest.raises(OSError, match="no room"):
+        s2.submit_call(square, (2,), None, Sink())
+
+
+def test_an_unpicklable_argument_fails_its_task_only():
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    sink = Sink()
+    s.submit_call(square, (threading.Lock(),), None, sink)  # cannot be pickled
+    assert sink.outcomes and sink.outcomes[0][2] is False
+    assert lines[0].answer is None and s.failed == 1
+    s.submit_call(square, (3,), None, sink)
+    assert lines[0].answer is not None
+
+
+def test_task_describes_itself():
+    call = Task(0, 0, TaskKind.CALL, ((1, 2), {"k": 3}), Sink(), 0, 1)
+    assert call.describe() == "call with args=(1, 2) kwds={'k': 3}"
+    item = Task(1, 0, TaskKind.MAP, ["x"], Sink(), 5, 1)
+    assert item.describe() == "item 5 ('x')"
