@@ -151,4 +151,4 @@ def mismatch(theirs: dict[str, Any]) -> str | None:
     ours = versions()
     if all(str(theirs.get(key)) == value for key, value in ours.items()):
         return None
-    return f"the job runs {describe(theirs)}; this process runs {describe(ours)}"
+    return f"the job runs {describe(theirs)}; its parent runs {describe(ours)}"
