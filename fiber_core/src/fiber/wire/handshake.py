@@ -92,14 +92,14 @@ class HubHandshake:
         logger.debug("a connection from %s dropped during the handshake (%s)",
                      self.peer, cause)
 
-    def expired(self) -> bool:
-        """The connection's time to authenticate is up: True (logged as a warning) when
-        it has not, and the wire closes it."""
+    def expired(self, seconds: float = AUTH_TIMEOUT) -> bool:
+        """The connection's ``seconds`` to authenticate are up: True (logged as a
+        warning) when it has not, and the wire closes it."""
         if self.accepted or self.refused is not None:
             return False
         self.refused = "too slow"
         logger.warning("closing a connection from %s that did not complete the handshake "
-                       "within %.0fs", self.peer, AUTH_TIMEOUT)
+                       "within %gs", self.peer, seconds)
         return True
 
 

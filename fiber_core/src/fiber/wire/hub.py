@@ -179,7 +179,7 @@ class Hub:
         with self._lock:
             state = self._peers.get(pipe_id)
             pipe = self._pipes.get(pipe_id)
-        if isinstance(state, HubHandshake) and pipe is not None and state.expired():
+        if isinstance(state, HubHandshake) and pipe is not None and state.expired(AUTH_TIMEOUT):
             self._close_pipe(pipe)
 
     def _on_remove(self, pipe: pynng.Pipe) -> None:

@@ -288,7 +288,7 @@ class StreamListener:
                     line, reply = got[0], handshake.step(got[1])
                 sock.sendall(frame(line, reply))
         except TimeoutError:
-            if handshake.expired():
+            if handshake.expired(AUTH_TIMEOUT):
                 _send_quietly(sock, frame(0, AUTH_REFUSED))
         except OSError as exc:
             handshake.dropped(exc)
