@@ -1,4 +1,4 @@
-"""The direct stream wire (fiber.stream) against a real hub on loopback: the same
+"""The direct stream wire (fiber.wire.stream) against a real hub on loopback: the same
 semantics as the nng wire (authentication first, parked replies, independent lines,
 peer loss), plus what only a stream must take care of (a big reply to a reader that is
 busy must not block the replying thread)."""
@@ -15,7 +15,9 @@ import pytest
 
 import fiber
 from fiber.errors import AuthenticationError, ConnectionLostError
-from fiber.wire import stream, transport
+from fiber.wire import transport
+from fiber.wire.stream import framing
+from fiber.wire.stream.client import StreamClient
 
 
 class _Channel:
@@ -61,7 +63,7 @@ def _wait_for(cond, timeout=10.0):
 def test_request_reply_and_lines_answered_out_of_order(hub):
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     try:
         assert client.request(cid, b"hello") == b"hello"
         lines = [client.context() for _ in range(3)]
@@ -88,7 +90,7 @@ def test_request_reply_and_lines_answered_out_of_order(hub):
 def test_big_reply_does_not_block_the_replying_thread(hub):
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     try:
         ctx = client.context()
         ctx.send(cid, b"park")
@@ -110,7 +112,7 @@ def test_big_reply_does_not_block_the_replying_thread(hub):
 def test_peer_gone_when_the_client_closes(hub):
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     client.request(cid, b"x")
     (peer,) = ch.peers
     client.close()
@@ -123,7 +125,7 @@ def test_timeout_and_channels_not_on_the_stream(hub):
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
     nng_only = hub.add_channel(_Channel())
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     try:
         ctx = client.context()
         t0 = time.monotonic()
@@ -149,7 +151,7 @@ def test_rogue_stream_clients_are_rejected(hub, tmp_path):
     marker = tmp_path / "pwned"
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)
-    host, port, _ = stream._split(hub.stream_address)
+    host, port, _ = framing.split_address(hub.stream_address)
     # a raw pickle without the handshake
     body = b"M" + struct.pack("<Q", cid) + pickle.dumps(_Exploit(str(marker)))
     with socket.create_connection((host, port), timeout=10) as rogue:
@@ -173,10 +175,10 @@ def test_rogue_stream_clients_are_rejected(hub, tmp_path):
             pass
     # the wrong secret
     with pytest.raises((AuthenticationError, ConnectionLostError)):
-        stream.StreamClient(hub.stream_address, authkey=b"not the run's secret")
+        StreamClient(hub.stream_address, authkey=b"not the run's secret")
     assert not marker.exists()
     assert ch.peers == set()
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     assert client.request(cid, b"ok") == b"ok"
     client.close()
 
@@ -186,10 +188,10 @@ def test_local_socket_on_this_host_and_tcp_without_it(hub):
     cid = hub.add_channel(ch, stream=True)
     address = hub.stream_address
     assert "?local=" in address  # Linux: an abstract Unix socket beside TCP
-    local = stream.StreamClient(address)
-    tcp = stream.StreamClient(address.partition("?")[0])
+    local = StreamClient(address)
+    tcp = StreamClient(address.partition("?")[0])
     gone_name = address.partition("?local=")[0] + "?local=fiber-stream-nobody-here"
-    fallback = stream.StreamClient(gone_name)  # no such local socket: TCP
+    fallback = StreamClient(gone_name)  # no such local socket: TCP
     try:
         assert local._sock.family == socket.AF_UNIX
         assert tcp._sock.family == socket.AF_INET
@@ -206,7 +208,7 @@ def test_unreachable_stream_address():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     with pytest.raises(ConnectionLostError, match="cannot connect"):
-        stream.StreamClient(f"stream://127.0.0.1:{port}")
+        StreamClient(f"stream://127.0.0.1:{port}")
 
 
 def _square(x):

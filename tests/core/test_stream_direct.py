@@ -9,7 +9,8 @@ import threading
 import time
 
 import fiber
-from fiber.wire import stream, transport
+from fiber.wire import transport
+from fiber.wire.stream.client import StreamClient
 
 
 class _Recorder:
@@ -47,7 +48,7 @@ def _setup():
     hub = transport.Hub("127.0.0.1")
     rec = _Recorder()
     cid = hub.add_channel(rec, stream=True)
-    client = stream.StreamClient(hub.stream_address)
+    client = StreamClient(hub.stream_address)
     ctx = client.context()
     ctx.send(cid, b"park")
     _until(lambda: rec.parked)
@@ -152,7 +153,7 @@ def test_a_reply_queued_for_a_peer_that_left_does_not_stop_the_selector():
         assert parked.reply(b"y" * 50_000_000)  # far more than the socket buffers take
         client.close()
         time.sleep(0.3)  # the selector thread writes to a closed peer meanwhile
-        other = stream.StreamClient(hub.stream_address)
+        other = StreamClient(hub.stream_address)
         try:
             assert other.request(cid, b"still here", timeout=10) == b"still here"
         finally:

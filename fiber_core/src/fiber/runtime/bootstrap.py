@@ -158,8 +158,14 @@ def main() -> int:
     cfg = config.get_config()  # a bad setting fails here, before the parent counts on us
     client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
     transport.register_client(client)  # objects of the parent reuse this connection
-    reply = client.request(channel, Control.HELLO
-                           + protocol.hello(os.getpid(), socket.gethostname()))
+    try:
+        reply = client.request(channel, Control.HELLO
+                               + protocol.hello(os.getpid(), socket.gethostname()))
+    except ConnectionLostError as exc:
+        # refused (it runs another fiber, protocol or Python: the reply says which):
+        # one line for the job's log, which is what a user of the backend sees
+        sys.stderr.write(f"fiber: this job stops: {exc}\n")
+        return 1
     # heartbeat first: importing the main module below may take long
     threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
                      args=(client, channel, cfg.heartbeat_interval,

@@ -1,10 +1,11 @@
-"""Mutual authentication of fiber connections with the run's secret.
+"""The run's secret and the HMAC primitives of fiber's mutual authentication.
 
 Every connection proves it holds the run's secret before anything it sends is
 unpickled, in the spirit of multiprocessing's authkey challenge: each side sends a
-random nonce and must answer the other's with ``HMAC-SHA256(secret, role + nonce)``.
-The secret is created by the first fiber process of a run and reaches its children in
-the job's environment (``_FIBER_AUTHKEY``, hex).
+random nonce and must answer the other's with ``HMAC-SHA256(secret, role + nonce)``
+(the exchange is :mod:`fiber.wire.handshake`). The secret is created by the first
+fiber process of a run and reaches its children in the job's environment
+(``_FIBER_AUTHKEY``, hex).
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import hmac
 import os
 import threading
 
+from fiber.wire.protocol import NONCE_SIZE
+
+__all__ = ["AUTHKEY_ENV", "NONCE_SIZE", "answer", "get_authkey", "new_nonce", "set_authkey",
+           "verify"]
+
 AUTHKEY_ENV = "_FIBER_AUTHKEY"
-NONCE_SIZE = 32
-DIGEST_SIZE = 32
 
 _lock = threading.Lock()
 _authkey: bytes | None = None
@@ -33,18 +37,22 @@ def get_authkey() -> bytes:
 
 
 def set_authkey(key: bytes) -> None:
+    """Use ``key`` as the run's secret (a process given one explicitly)."""
     global _authkey
     with _lock:
         _authkey = bytes(key)
 
 
 def new_nonce() -> bytes:
+    """A fresh random challenge."""
     return os.urandom(NONCE_SIZE)
 
 
 def answer(key: bytes, role: bytes, nonce: bytes) -> bytes:
+    """The proof of holding ``key``, for the challenge ``nonce``, by the side ``role``."""
     return hmac.new(key, role + nonce, hashlib.sha256).digest()
 
 
 def verify(key: bytes, role: bytes, nonce: bytes, digest: bytes) -> bool:
+    """Whether ``digest`` is the proof :func:`answer` gives (compared in constant time)."""
     return hmac.compare_digest(answer(key, role, nonce), digest)

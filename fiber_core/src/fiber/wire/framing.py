@@ -1,10 +1,12 @@
-"""The bytes of a request and the reading of a reply, shared by both transports
-(:mod:`fiber.wire.transport` over pynng, :mod:`fiber.wire.stream` over sockets)."""
+"""The bytes of a request and the reading of a reply, shared by both wires
+(:mod:`fiber.wire.nng_client` over pynng, :mod:`fiber.wire.stream.client` over
+sockets; the stream wire's own frame header is :mod:`fiber.wire.stream.framing`)."""
 
 from __future__ import annotations
 
 from fiber.errors import ConnectionLostError
 from fiber.wire.protocol import CHANNEL, GONE, MSG, OK
+from fiber.wire.serialization import unpack_exception
 
 __all__ = ["request_frame", "check_reply"]
 
@@ -22,8 +24,6 @@ def check_reply(reply: bytes, address: str) -> bytes:
         return reply[1:]
     if status == GONE:
         raise ConnectionLostError(f"the object at {address} no longer exists")
-    from fiber.wire.serialization import unpack_exception  # only on the error path
-
     try:
         exc = unpack_exception(reply[1:])
     except Exception:  # noqa: BLE001 - the hub sent a plain message

@@ -1,7 +1,7 @@
 """fiber's wire protocol: every message code of every channel kind, in one place.
 
 Every exchange between fiber processes is a *request* on a numbered *channel* of the
-receiving process's hub, answered by exactly one *reply* (see :mod:`fiber.wire.transport`).
+receiving process's hub, answered by exactly one *reply* (see :mod:`fiber.wire.hub`).
 This module defines the bytes both sides agree on; the modules that speak a channel
 kind import its codes from here. :data:`PROTOCOL_VERSION` changes whenever any of them
 changes meaning, and a job reports it (with fiber's and Python's versions) in its
@@ -10,13 +10,18 @@ unpickled (:func:`hello`, :func:`mismatch`).
 
 Frames
   nng: a request is ``MSG + channel (8 bytes, little endian) + payload``; the stream
-  wire wraps the same bytes in ``length (8 bytes) + line (4 bytes) + body``.
+  wire wraps the same bytes in ``length (8 bytes) + line (4 bytes) + body``
+  (:data:`STREAM_FRAME`; a reply comes back on the line of its request), at an address
+  ``stream://HOST:PORT[?local=NAME]`` (NAME: an abstract Unix socket on that host).
   A reply starts with a status byte: :data:`OK`, :data:`ERROR` (a packed exception or
   a plain message follows) or :data:`GONE` (the channel no longer exists).
 
-Handshake
-  ``AUTH1 + nonce`` from the connecting side, answered by ``OK + nonce' + proof``;
-  then ``AUTH3 + proof'`` answered by ``OK`` (:mod:`fiber.wire.auth`).
+Handshake (:mod:`fiber.wire.handshake`), before any other message of a connection
+  ``AUTH1 + nonce`` (32 random bytes) from the connecting side, answered by
+  ``OK + nonce' + proof`` where proof is ``HMAC-SHA256(secret, HUB_ROLE + nonce)``;
+  then ``AUTH3 + proof'`` (``HMAC-SHA256(secret, CLIENT_ROLE + nonce')``), answered by
+  ``OK``. A hub answers anything else with :data:`AUTH_REFUSED` and closes the
+  connection. On the stream wire these messages are frame bodies like any other.
 """
 
 from __future__ import annotations
@@ -34,10 +39,14 @@ PROTOCOL_VERSION = 1
 MSG = b"M"
 CHANNEL = struct.Struct("<Q")  # the channel number after MSG
 AUTH1 = b"A1"
+NONCE_SIZE = 32
 AUTH3 = b"A3"
+HUB_ROLE = b"hub"  # what the hub's proof signs before the client's nonce
+CLIENT_ROLE = b"client"  # what the client's proof signs before the hub's nonce
 OK = b"\x00"
 ERROR = b"\x01"
 GONE = b"\x02"
+AUTH_REFUSED = ERROR + b"authentication failed"
 STREAM_FRAME = struct.Struct("<QI")  # stream wire: body length, line
 STREAM_SCHEME = "stream://"
 AUTH_TIMEOUT = 10.0  # seconds a new connection has to authenticate
@@ -151,4 +160,4 @@ def mismatch(theirs: dict[str, Any]) -> str | None:
     ours = versions()
     if all(str(theirs.get(key)) == value for key, value in ours.items()):
         return None
-    return f"the job runs {describe(theirs)}; this process runs {describe(ours)}"
+    return f"the job runs {describe(theirs)}; its parent runs {describe(ours)}"

@@ -151,7 +151,9 @@ class _Slot:
 
     def take(self) -> bool:
         """Lock the segment for writing if no message is in it and nobody maps it."""
-        if self.map[0] != FREE:
+        mapping = self.map
+        assert mapping is not None  # mapped by grow() from the start
+        if mapping[0] != FREE:
             return False
         try:
             fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -160,10 +162,12 @@ class _Slot:
         return True
 
     def fill(self, buffers: Sequence[memoryview], offsets: Sequence[int]) -> None:
+        mapping = self.map
+        assert mapping is not None  # mapped by grow() from the start
         for buf, offset in zip(buffers, offsets, strict=True):
-            self.map[offset:offset + buf.nbytes] = buf
-        self.map[1] = POOLED
-        self.map[0] = IN_FLIGHT
+            mapping[offset:offset + buf.nbytes] = buf
+        mapping[1] = POOLED
+        mapping[0] = IN_FLIGHT
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
@@ -264,7 +268,7 @@ def _write_one_off(owner_pid: int, buffers: Sequence[memoryview], offsets: Seque
 
 def _sender_gone(name: str) -> bool:
     match = _NAME.match(name)
-    return bool(match) and not _alive(int(match.group(3)))
+    return match is not None and not _alive(int(match.group(3)))
 
 
 def _release(fd: int, name: str) -> None:

@@ -1,28 +1,16 @@
-"""A direct stream wire for latency-critical channels (the Pool's task lines).
+"""The listening side of the stream wire: a hub's :class:`StreamListener`.
 
-pynng's request/reply costs about 250 us per round trip on a 2-core machine: every
-message passes through nng's poller and task threads before the waiting Python thread
-wakes. A plain TCP stream costs about 80 us. A hub therefore also serves channels that
-opt in (``Hub.add_channel(..., stream=True)``) on a TCP listener of its own, with the
-same semantics as the nng wire, so channels cannot tell the two apart:
-
-- the same mutual HMAC challenge with the run's secret comes before anything else;
-- many independent request lines ("contexts") share one connection: each frame
-  carries its line's number, and a reply goes back on the line of its request;
-- a request may be parked and answered later, from any thread, exactly once;
-- a connection that drops reports ``peer_gone`` to the hub's channels.
-
-A frame is ``length (8 bytes) + line (4 bytes) + body``; the body is the nng wire's
-message (``b"M" + channel + payload`` for a request, a status byte + data for a reply).
-The listening side reads every connection from one selector thread and writes from
-whichever thread replies: without blocking, what the socket cannot take at once is left
-to the selector thread. A thread that waits for a reply on one connection may take that
-connection out of the selector and read it itself until its reply has come
-(``StreamRequest.read_until``), which saves a thread wake-up per round trip; frames of
-a connection are always dispatched in order, by whichever thread holds its reader
-token. The connecting side (:class:`StreamClient`) uses blocking
-sockets; the thread that waits for a reply reads frames for every line ("leader/
-follower"), so there is no reader thread to hop through.
+It accepts connections on TCP and (Linux) an abstract Unix socket, runs the hub's half
+of the handshake (:class:`~fiber.wire.handshake.HubHandshake`) on a thread per new
+connection, so that a slow or silent client cannot stall the others, then reads every
+authenticated connection from one selector thread and hands each request to the hub
+(``dispatch``) as a :class:`StreamRequest`. Replies are written by whichever thread
+answers, without blocking: what the socket cannot take at once is left to the selector
+thread. A thread that waits for a reply on one connection may take that connection out
+of the selector and read it itself until its reply has come
+(:meth:`StreamRequest.read_until`), which saves a thread wake-up per round trip; frames
+of a connection are always dispatched in order, by whichever thread holds its reader
+token.
 """
 
 from __future__ import annotations
@@ -35,98 +23,38 @@ import os
 import select
 import selectors
 import socket
+import struct
 import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
-from fiber.errors import AuthenticationError, ConnectionLostError
-from fiber.wire import auth
-from fiber.wire.framing import check_reply, request_frame
-from fiber.wire.protocol import (
-    AUTH1,
-    AUTH3,
-    AUTH_TIMEOUT,
-    CONNECT_TIMEOUT,
-    ERROR,
-    OK,
+from fiber.wire.channel import Request
+from fiber.wire.handshake import HubHandshake
+from fiber.wire.protocol import AUTH_REFUSED, AUTH_TIMEOUT, OK
+from fiber.wire.stream.framing import (
+    BIG,
+    HANDSHAKE_MAX,
+    READ_SIZE,
+    SCHEME,
+    frame,
+    nodelay,
+    read_frame_blocking,
 )
-from fiber.wire.protocol import STREAM_FRAME as _FRAME
-from fiber.wire.protocol import STREAM_SCHEME as SCHEME
+from fiber.wire.stream.framing import FRAME as _FRAME
 
-if TYPE_CHECKING:
-    from fiber.wire.transport import Hub
+__all__ = ["StreamListener", "StreamRequest"]
 
 logger = logging.getLogger("fiber")
 
-_HANDSHAKE_MAX = 1024
-_READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
-_BIG = 1 << 20  # frames from this size are read straight into their own buffer
 _RECHECK = 0.1  # seconds between checks of a direct reader's condition
 # peer numbers of stream connections start here, far above nng's 31-bit pipe ids
 _peer_ids = itertools.count(1 << 40)
 
 
-def _split(address: str) -> tuple[str, int, str | None]:
-    """``stream://HOST:PORT[?local=NAME]`` -> host, port, local socket name."""
-    if not address.startswith(SCHEME):
-        raise ValueError(f"not a stream address: {address!r}")
-    rest, _, query = address[len(SCHEME):].partition("?")
-    host, _, port = rest.rpartition(":")
-    local = query[len("local="):] if query.startswith("local=") else None
-    return host.strip("[]"), int(port), local or None
-
-
-def _connect(host: str, port: int, local: str | None, timeout: float) -> socket.socket:
-    """The listener's local (Unix, abstract) socket when this process shares its host
-    and network namespace, else TCP."""
-    if local and hasattr(socket, "AF_UNIX"):
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(timeout)
-        try:
-            sock.connect("\0" + local)
-            return sock
-        except OSError:
-            sock.close()  # another host or namespace: TCP it is
-    sock = socket.create_connection((host, port), timeout=timeout)
-    _nodelay(sock)
-    return sock
-
-
-def _nodelay(sock: socket.socket) -> None:
-    try:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    except OSError:  # not TCP
-        pass
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    """Blocking read of exactly ``n`` bytes (handshakes only)."""
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionResetError("connection closed")
-        data += chunk
-    return bytes(data)
-
-
-def _read_frame_blocking(sock: socket.socket, limit: int) -> tuple[int, bytes]:
-    size, line = _FRAME.unpack(_recv_exact(sock, _FRAME.size))
-    if size > limit:
-        raise ConnectionResetError(f"frame of {size} bytes during the handshake")
-    return line, _recv_exact(sock, size)
-
-
-def _frame(line: int, body: bytes) -> bytes:
-    return _FRAME.pack(len(body), line) + body
-
-
-# -- the listening side ---------------------------------------------------------------
 class StreamRequest:
-    """A request received on a stream connection; same interface as
-    :class:`fiber.wire.transport.Request`."""
+    """A request received on a stream connection (a :class:`~fiber.wire.channel.Request`),
+    which can also read its connection while it waits (:meth:`read_until`)."""
 
     __slots__ = ("_conn", "_line", "peer", "answered", "__weakref__")
 
@@ -136,7 +64,7 @@ class StreamRequest:
         self.peer = conn.peer
         self.answered = False
 
-    def reply(self, data: bytes, status: bytes = b"\x00") -> bool:
+    def reply(self, data: bytes, status: bytes = OK) -> bool:
         """Send the reply; False when the requester is gone or it was answered."""
         if self.answered:
             return False
@@ -159,7 +87,7 @@ class _Connection:
         self.peer = next(_peer_ids)
         self.closed = False
         self._inbuf = bytearray()
-        self._chunk = bytearray(_READ_SIZE)
+        self._chunk = bytearray(READ_SIZE)
         self._big: bytearray | None = None  # body of a big frame being read
         self._big_line = 0
         self._big_got = 0
@@ -203,7 +131,7 @@ class _Connection:
                     frames.append((line, bytes(buf[start + _FRAME.size:end])))
                     start = end
                     continue
-                if size >= _BIG:
+                if size >= BIG:
                     body = bytearray(size)
                     have = len(buf) - start - _FRAME.size
                     body[:have] = buf[start + _FRAME.size:]
@@ -211,7 +139,7 @@ class _Connection:
                     start = len(buf)
                 break
             del buf[:start]
-            if got < _READ_SIZE and self._big is None:
+            if got < READ_SIZE and self._big is None:
                 return frames
 
     # writing (any thread)
@@ -272,11 +200,20 @@ class _Connection:
             pass
 
 
-class StreamListener:
-    """Accepts stream connections for a hub and feeds their requests to it."""
+#: how a listener hands a request to its hub: ``dispatch(request, body, True)``
+Dispatch = Callable[[Request, bytes, bool], None]
 
-    def __init__(self, hub: Hub, host: str) -> None:
-        self._hub = hub
+
+class StreamListener:
+    """Accepts stream connections on ``host`` for a hub: authenticates them with
+    ``authkey``, hands their requests to ``dispatch`` and reports each connection that
+    ends to ``peer_lost`` (with its peer number)."""
+
+    def __init__(self, host: str, authkey: bytes, dispatch: Dispatch,
+                 peer_lost: Callable[[int], None]) -> None:
+        self._key = authkey
+        self._dispatch = dispatch
+        self._peer_lost = peer_lost
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
@@ -336,30 +273,26 @@ class StreamListener:
                              name="fiber-stream-auth").start()
 
     def _handshake(self, sock: socket.socket) -> None:
-        """The hub's half of the mutual challenge, on a thread of its own so that a
-        slow or silent client cannot stall the others."""
-        key = self._hub.authkey
+        """The hub's half of the handshake, on a thread of its own so that a slow or
+        silent client cannot stall the others; then the connection joins the selector."""
+        handshake = HubHandshake(self._key, _peer_name(sock))
         try:
             sock.setblocking(True)
             sock.settimeout(AUTH_TIMEOUT)
-            _nodelay(sock)
-            line, data = _read_frame_blocking(sock, _HANDSHAKE_MAX)
-            if data[:2] != AUTH1 or len(data) != 2 + auth.NONCE_SIZE:
-                raise AuthenticationError("bad first message")
-            nonce = auth.new_nonce()
-            sock.sendall(_frame(line, OK + nonce
-                                + auth.answer(key, b"hub", data[2:])))
-            line, data = _read_frame_blocking(sock, _HANDSHAKE_MAX)
-            if data[:2] != AUTH3 or not auth.verify(key, b"client", nonce, data[2:]):
-                raise AuthenticationError("wrong answer")
-            sock.sendall(_frame(line, OK))
-        except (OSError, AuthenticationError) as exc:
-            logger.warning("rejected a stream connection that did not prove the run's "
-                           "secret (%s)", exc)
-            try:
-                sock.sendall(_frame(0, ERROR + b"authentication failed"))
-            except OSError:
-                pass
+            nodelay(sock)
+            while not handshake.accepted and handshake.refused is None:
+                got = read_frame_blocking(sock, HANDSHAKE_MAX)
+                if got is None:
+                    line, reply = 0, handshake.refuse("a frame too long for a handshake")
+                else:
+                    line, reply = got[0], handshake.step(got[1])
+                sock.sendall(frame(line, reply))
+        except TimeoutError:
+            if handshake.expired(AUTH_TIMEOUT):
+                _send_quietly(sock, frame(0, AUTH_REFUSED))
+        except OSError as exc:
+            handshake.dropped(exc)
+        if not handshake.accepted:
             sock.close()
             return
         sock.settimeout(None)
@@ -436,8 +369,9 @@ class StreamListener:
         except OSError:
             self._drop(conn)
             return False
+        dispatch = self._dispatch
         for line, body in frames:
-            self._hub.dispatch(StreamRequest(conn, line), body, stream=True)
+            dispatch(StreamRequest(conn, line), body, True)
         return True
 
     def read_directly(self, conn: _Connection, done: Callable[[], bool],
@@ -487,10 +421,10 @@ class StreamListener:
             with self._lock:
                 conn.rlock.release()
                 if alive and not conn.closed and not self._closed:
-                    events = selectors.EVENT_READ | (
+                    mask = selectors.EVENT_READ | (
                         selectors.EVENT_WRITE if conn._out else 0)
                     try:
-                        self._selector.register(conn.sock, events, conn)
+                        self._selector.register(conn.sock, mask, conn)
                     except (KeyError, ValueError, OSError):
                         pass
         return True
@@ -503,7 +437,7 @@ class StreamListener:
                 pass
         self._conns.discard(conn)
         conn.close()
-        self._hub.peer_lost(conn.peer)
+        self._peer_lost(conn.peer)
 
     def close(self) -> None:
         with self._lock:
@@ -519,210 +453,25 @@ class StreamListener:
                 pass
 
 
-# -- the connecting side --------------------------------------------------------------
-class StreamClient:
-    """A connection to a hub's stream listener, with the interface of
-    :class:`fiber.wire.transport.Client` (``request``, ``context``, ``lost``, ``close``)."""
-
-    def __init__(self, address: str, authkey: bytes | None = None,
-                 on_lost: Callable[[], None] | None = None) -> None:
-        self.address = address
-        self._key = authkey or auth.get_authkey()
-        self._on_lost = on_lost
-        self.lost = False
-        host, port, local = _split(address)
+def _peer_name(sock: socket.socket) -> str:
+    """Who is at the other end of an accepted connection, for the log."""
+    if sock.family == socket.AF_UNIX:
         try:
-            self._sock = _connect(host, port, local, CONNECT_TIMEOUT)
-        except OSError as exc:
-            raise ConnectionLostError(
-                f"cannot connect to the fiber process at {address}: {exc} "
-                "(it has exited, or this host cannot reach that address; see the "
-                "listen_address setting)") from None
-        self._send_lock = threading.Lock()
-        self._cond = threading.Condition()
-        self._replies: dict[int, collections.deque[bytes]] = {}
-        self._reading = False
-        self._rbuf = bytearray()
-        self._chunk = bytearray(_READ_SIZE)
-        self._lines = itertools.count(1)
-        self._handshake()
-        self._sock.settimeout(None)
-        self._default = self.context()
-        self._default_lock = threading.Lock()
-
-    def _handshake(self) -> None:
-        try:
-            nonce = auth.new_nonce()
-            self._sock.sendall(_frame(0, AUTH1 + nonce))
-            _, reply = _read_frame_blocking(self._sock, _HANDSHAKE_MAX)
-            if reply[:1] != OK or not auth.verify(
-                    self._key, b"hub", nonce, reply[1 + auth.NONCE_SIZE:]):
-                raise AuthenticationError(
-                    f"the process at {self.address} does not hold this run's secret")
-            hub_nonce = reply[1:1 + auth.NONCE_SIZE]
-            self._sock.sendall(_frame(0, AUTH3
-                                      + auth.answer(self._key, b"client", hub_nonce)))
-            _, reply = _read_frame_blocking(self._sock, _HANDSHAKE_MAX)
-            if reply[:1] != OK:
-                raise AuthenticationError(
-                    f"the process at {self.address} rejected this run's secret")
-        except OSError as exc:
-            self.close()
-            raise ConnectionLostError(f"handshake with {self.address} failed: {exc}") from None
-        except AuthenticationError:
-            self.close()
-            raise
-
-    # -- lines ----------------------------------------------------------------------
-    def context(self) -> StreamContext:
-        line = next(self._lines)
-        with self._cond:
-            self._replies[line] = collections.deque()
-        return StreamContext(self, line)
-
-    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
-        with self._default_lock:
-            return self._default.request(channel, payload, timeout)
-
-    def _forget(self, line: int) -> None:
-        with self._cond:
-            self._replies.pop(line, None)
-
-    def _send(self, line: int, body: bytes) -> None:
-        if self.lost:
-            raise ConnectionLostError(f"the connection to {self.address} is lost")
-        header = _FRAME.pack(len(body), line)
-        try:
-            with self._send_lock:
-                if len(body) < 65536:
-                    self._sock.sendall(header + body)
-                else:
-                    self._sock.sendall(header)
-                    self._sock.sendall(body)
-        except OSError as exc:
-            self._lose()
-            raise ConnectionLostError(
-                f"the connection to {self.address} is lost ({exc})") from None
-
-    def _wait(self, line: int, timeout: float | None) -> bytes:
-        """The next reply on ``line``. One waiting thread at a time reads the socket
-        and hands other lines' replies to their waiters."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._cond:
-                while True:
-                    queue = self._replies.get(line)
-                    if queue:
-                        return queue.popleft()
-                    if self.lost:
-                        raise ConnectionLostError(f"the connection to {self.address} is lost")
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise _timeout(self.address, timeout)
-                    self._cond.wait(left)
-            try:
-                frame = self._read_frame(deadline)
-            except TimeoutError:
-                with self._cond:
-                    self._reading = False
-                    self._cond.notify_all()
-                raise _timeout(self.address, timeout) from None
-            except OSError:
-                with self._cond:
-                    self._reading = False
-                self._lose()
-                raise ConnectionLostError(f"the connection to {self.address} is lost") from None
-            with self._cond:
-                self._reading = False
-                got_line, body = frame
-                queue = self._replies.get(got_line)
-                if queue is not None:
-                    queue.append(body)
-                self._cond.notify_all()
-
-    def _read_frame(self, deadline: float | None) -> tuple[int, bytes]:
-        buf = self._rbuf
-        if deadline is not None and not buf:
-            import select
-
-            left = max(0.0, deadline - time.monotonic())
-            ready, _, _ = select.select([self._sock], [], [], left)
-            if not ready:
-                raise TimeoutError
-        while len(buf) < _FRAME.size:
-            got = self._sock.recv_into(self._chunk)
-            if not got:
-                raise ConnectionResetError("connection closed")
-            buf += memoryview(self._chunk)[:got]
-        size, line = _FRAME.unpack_from(buf)
-        end = _FRAME.size + size
-        if len(buf) >= end:
-            body = bytes(buf[_FRAME.size:end])
-            del buf[:end]
-            return line, body
-        body = bytearray(size)
-        have = len(buf) - _FRAME.size
-        body[:have] = buf[_FRAME.size:]
-        buf.clear()
-        view = memoryview(body)
-        while have < size:
-            n = self._sock.recv_into(view[have:])
-            if n == 0:
-                raise ConnectionResetError("connection closed")
-            have += n
-        return line, bytes(body)
-
-    def _lose(self) -> None:
-        with self._cond:
-            was, self.lost = self.lost, True
-            self._cond.notify_all()
-        if not was:
-            try:
-                self._sock.close()
-            except OSError:
-                pass
-            if self._on_lost is not None:
-                self._on_lost()
-
-    def close(self) -> None:
-        with self._cond:
-            self.lost = True
-            self._cond.notify_all()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                    struct.calcsize("3i"))
+        except (OSError, AttributeError):  # not Linux
+            return "a process on this host"
+        pid, uid, _ = struct.unpack("3i", creds)
+        return f"a process on this host (pid {pid}, uid {uid})"
+    try:
+        host, port = sock.getpeername()[:2]
+    except OSError:
+        return "a peer that left"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _timeout(address: str, timeout: float | None) -> ConnectionLostError:
-    return ConnectionLostError(f"no answer from {address} within {timeout or 0:.1f}s")
-
-
-class StreamContext:
-    """An independent request line on a :class:`StreamClient` (same interface as
-    :class:`fiber.wire.transport.ClientContext`)."""
-
-    def __init__(self, client: StreamClient, line: int) -> None:
-        self._client = client
-        self._line = line
-
-    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
-        self.send(channel, payload)
-        return self.recv(timeout)
-
-    def send(self, channel: int, payload: bytes) -> None:
-        self._client._send(self._line, request_frame(channel, payload))
-
-    def recv(self, timeout: float | None = None) -> bytes:
-        reply = self._client._wait(self._line, timeout)
-        return check_reply(reply, self._client.address)
-
-    def close(self) -> None:
-        self._client._forget(self._line)
+def _send_quietly(sock: socket.socket, data: bytes) -> None:
+    try:
+        sock.sendall(data)
+    except OSError:
+        pass

@@ -1,0 +1,251 @@
+"""A process's hub: the listening side of the wire, one per process and listen host.
+
+A :class:`Hub` serves many *channels* (:mod:`fiber.wire.channel`), each identified by
+a number, to authenticated clients. It listens on a pynng ``Rep0`` socket: every
+request is answered by exactly one reply, so nothing is lost to a slow reader (nng
+routes each reply to its requester and applies backpressure), and a request that must
+wait (``Queue.get`` on an empty queue) is *parked* by its channel and answered later.
+Waits with a timeout are timed out by the hub itself (:attr:`Hub.timers`), so a reply
+and a timeout can never both happen. Channels added with ``stream=True`` are also
+served on the hub's direct stream wire (:mod:`fiber.wire.stream.server`), started on
+first use.
+
+The nng side is event-driven: one thread receives every message, and a connection
+(an nng *pipe*) that has not authenticated yet has its messages answered by its
+:class:`~fiber.wire.handshake.HubHandshake` instead of a channel.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import logging
+import threading
+import weakref
+from collections.abc import Callable
+
+import pynng
+
+from fiber.wire import auth
+from fiber.wire.channel import Channel, Request
+from fiber.wire.handshake import HubHandshake
+from fiber.wire.nng import Context, close_all, quiet
+from fiber.wire.protocol import AUTH_TIMEOUT, ERROR, GONE, MSG, OK
+from fiber.wire.protocol import CHANNEL as _CHANNEL
+from fiber.wire.stream.server import StreamListener
+from fiber.wire.timers import Timers
+
+__all__ = ["Hub", "NngRequest"]
+
+logger = logging.getLogger("fiber")
+
+_DEPARTED_KEPT = 1024  # pipes that went away, remembered to ignore their last messages
+
+
+class NngRequest:
+    """A request received on the hub's nng socket (a :class:`~fiber.wire.channel.Request`)."""
+
+    __slots__ = ("_ctx", "peer", "answered", "__weakref__")
+
+    def __init__(self, ctx: pynng.Context, peer: int) -> None:
+        self._ctx: pynng.Context | None = ctx
+        self.peer = peer
+        self.answered = False
+
+    def reply(self, data: bytes, status: bytes = OK) -> bool:
+        """Send the reply; False when the requester is gone or it was answered."""
+        if self.answered:
+            return False
+        self.answered = True
+        ctx, self._ctx = self._ctx, None
+        assert ctx is not None
+        try:
+            ctx.send(status + data if data else status)
+            return True
+        except pynng.NNGException:
+            return False
+        finally:
+            quiet(ctx.close)
+
+
+def _peer_name(pipe: pynng.Pipe) -> str:
+    try:
+        return str(pipe.remote_address)
+    except (pynng.NNGException, TypeError):  # gone already
+        return f"nng pipe {pipe.id}"
+
+
+class Hub:
+    """The listening side: serves channels to authenticated clients."""
+
+    def __init__(self, host: str, authkey: bytes | None = None) -> None:
+        self.authkey = authkey or auth.get_authkey()
+        self._channels: dict[int, Channel] = {}
+        self._stream_channels: set[int] = set()
+        self._stream: StreamListener | None = None  # started on first use
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        # pipe id -> True once authenticated, else its handshake
+        self._peers: dict[int, HubHandshake | bool] = {}
+        self._pipes: dict[int, pynng.Pipe] = {}
+        # connections that went away (messages they sent before may still come)
+        self._departed: collections.OrderedDict[int, None] = collections.OrderedDict()
+        self.timers = Timers()
+        self._sock = pynng.Rep0(recv_max_size=0)
+        self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()
+        self._sock.add_post_pipe_connect_cb(self._on_connect)
+        self._sock.add_post_pipe_remove_cb(self._on_remove)
+        bracketed = f"[{host}]" if ":" in host else host
+        listener = self._sock.listen(f"tcp://{bracketed}:0")
+        port = str(listener.local_address).rsplit(":", 1)[1]
+        self.host = host
+        self.address = f"tcp://{bracketed}:{port}"
+        self._closed = False
+        self._thread = threading.Thread(target=self._serve, name="fiber-hub", daemon=True)
+        self._thread.start()
+        logger.debug("hub listening on %s", self.address)
+
+    # -- channels -------------------------------------------------------------------
+    def add_channel(self, channel: Channel, channel_id: int | None = None,
+                    stream: bool = False) -> int:
+        """Serve ``channel``; ``stream=True`` also serves it on the direct stream wire."""
+        with self._lock:
+            cid = next(self._ids) if channel_id is None else channel_id
+            self._channels[cid] = channel
+            if stream:
+                self._stream_channels.add(cid)
+            return cid
+
+    def channel(self, channel_id: int) -> Channel | None:
+        return self._channels.get(channel_id)
+
+    def remove_channel(self, channel_id: int) -> None:
+        with self._lock:
+            self._channels.pop(channel_id, None)
+            self._stream_channels.discard(channel_id)
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` on the hub's timer thread in ``delay`` seconds."""
+        self.timers.call_later(delay, fn)
+
+    def dispatch(self, request: Request, data: bytes, stream: bool = False) -> None:
+        """Hand an authenticated request to its channel (on the thread of its wire)."""
+        if data[:1] != MSG or len(data) < 9:
+            request.reply(b"malformed request", ERROR)
+            return
+        cid = _CHANNEL.unpack_from(data, 1)[0]
+        channel = self._channels.get(cid)
+        if channel is None or (stream and cid not in self._stream_channels):
+            request.reply(b"", GONE)
+            return
+        try:
+            channel.handle(request, memoryview(data)[9:])
+        except Exception:  # noqa: BLE001 - a bad request must not stop the hub
+            logger.exception("channel %d failed to handle a request", cid)
+            if not request.answered:
+                request.reply(b"internal error", ERROR)
+
+    def peer_lost(self, peer: int) -> None:
+        """A connection of either wire is gone: its channels drop what it waited for."""
+        with self._lock:
+            channels = list(self._channels.values())
+        for channel in channels:
+            try:
+                channel.peer_gone(peer)
+            except Exception:  # noqa: BLE001
+                logger.exception("peer_gone handler failed")
+
+    @property
+    def stream_address(self) -> str:
+        """The address of this hub's direct stream wire, which serves the channels
+        added with ``stream=True``; started on first use."""
+        with self._lock:
+            if self._stream is None:
+                self._stream = StreamListener(self.host, self.authkey, self.dispatch,
+                                              self.peer_lost)
+            return self._stream.address
+
+    # -- nng connections ------------------------------------------------------------
+    def _on_connect(self, pipe: pynng.Pipe) -> None:
+        with self._lock:
+            if pipe.id in self._departed:
+                return
+            # the first message may have come (and made the handshake) before this ran
+            self._peers.setdefault(pipe.id, HubHandshake(self.authkey, _peer_name(pipe)))
+            self._pipes[pipe.id] = pipe
+        self.timers.call_later(AUTH_TIMEOUT, lambda: self._expire(pipe.id))
+
+    def _expire(self, pipe_id: int) -> None:
+        with self._lock:
+            state = self._peers.get(pipe_id)
+            pipe = self._pipes.get(pipe_id)
+        if isinstance(state, HubHandshake) and pipe is not None and state.expired(AUTH_TIMEOUT):
+            self._close_pipe(pipe)
+
+    def _on_remove(self, pipe: pynng.Pipe) -> None:
+        with self._lock:
+            state = self._peers.pop(pipe.id, None)
+            self._pipes.pop(pipe.id, None)
+            self._departed[pipe.id] = None
+            while len(self._departed) > _DEPARTED_KEPT:
+                self._departed.popitem(last=False)
+        if state is True:
+            self.peer_lost(pipe.id)
+        elif isinstance(state, HubHandshake):
+            state.dropped()
+
+    @staticmethod
+    def _close_pipe(pipe: pynng.Pipe) -> None:
+        # closing from an nng callback thread can deadlock; do it on a thread of ours
+        threading.Thread(target=lambda: quiet(pipe.close), daemon=True).start()
+
+    def _authenticate(self, request: NngRequest, pipe: pynng.Pipe, data: bytes) -> None:
+        with self._lock:
+            if pipe.id in self._departed:
+                state = None  # sent just before its connection went away
+            else:
+                state = self._peers.get(pipe.id)
+                if state is None:  # before the connect callback ran
+                    state = self._peers[pipe.id] = HubHandshake(self.authkey,
+                                                                _peer_name(pipe))
+                    self._pipes[pipe.id] = pipe
+        if not isinstance(state, HubHandshake):
+            request.reply(b"", GONE)  # nobody receives it: this frees its context
+            return
+        reply = state.step(data)
+        if state.accepted:
+            with self._lock:
+                if pipe.id in self._peers:
+                    self._peers[pipe.id] = True
+        request.reply(reply[1:], reply[:1])
+        if state.refused is not None:
+            self._close_pipe(pipe)
+
+    def _serve(self) -> None:
+        sock = self._sock
+        while True:
+            try:
+                ctx = Context(sock)
+                self._contexts.add(ctx)
+                msg = ctx.recv_msg()
+            except pynng.Closed:
+                return
+            except pynng.NNGException:
+                if self._closed:
+                    return
+                logger.exception("hub receive failed")
+                continue
+            pipe = msg.pipe
+            data = msg.bytes
+            request = NngRequest(ctx, pipe.id)
+            if self._peers.get(pipe.id) is not True:
+                self._authenticate(request, pipe, data)
+                continue
+            self.dispatch(request, data)
+
+    def close(self) -> None:
+        self._closed = True
+        self.timers.close()
+        if self._stream is not None:
+            self._stream.close()
+        close_all(self._contexts, self._sock)

@@ -1,0 +1,238 @@
+"""The connecting side of the stream wire: :class:`StreamClient`, a connection to a
+hub's stream listener with the interface of :class:`fiber.wire.nng_client.Client`
+(``request``, ``context``, ``lost``, ``close``), and :class:`StreamContext`, an
+independent request line on it.
+
+The socket is blocking and has no reader thread: the thread that waits for a reply
+reads frames for every line and hands the others' replies to their waiters
+("leader/follower"), so a reply costs no hop through another thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+import select
+import socket
+import threading
+import time
+from collections.abc import Callable
+
+from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.wire import auth
+from fiber.wire.framing import check_reply, request_frame
+from fiber.wire.handshake import prove
+from fiber.wire.protocol import CONNECT_TIMEOUT
+from fiber.wire.stream.framing import FRAME as _FRAME
+from fiber.wire.stream.framing import (
+    HANDSHAKE_MAX,
+    READ_SIZE,
+    connect,
+    frame,
+    read_frame_blocking,
+    split_address,
+)
+
+__all__ = ["StreamClient", "StreamContext"]
+
+
+class StreamClient:
+    """A connection to a hub's stream listener, with the interface of
+    :class:`fiber.wire.nng_client.Client` (``request``, ``context``, ``lost``, ``close``)."""
+
+    def __init__(self, address: str, authkey: bytes | None = None,
+                 on_lost: Callable[[], None] | None = None) -> None:
+        self.address = address
+        self._key = authkey or auth.get_authkey()
+        self._on_lost = on_lost
+        self.lost = False
+        host, port, local = split_address(address)
+        try:
+            self._sock = connect(host, port, local, CONNECT_TIMEOUT)
+        except OSError as exc:
+            raise ConnectionLostError(
+                f"cannot connect to the fiber process at {address}: {exc} "
+                "(it has exited, or this host cannot reach that address; see the "
+                "listen_address setting)") from None
+        self._send_lock = threading.Lock()
+        self._cond = threading.Condition()
+        self._replies: dict[int, collections.deque[bytes]] = {}
+        self._reading = False
+        self._rbuf = bytearray()
+        self._chunk = bytearray(READ_SIZE)
+        self._lines = itertools.count(1)
+        self._handshake()
+        self._sock.settimeout(None)
+        self._default = self.context()
+        self._default_lock = threading.Lock()
+
+    def _handshake(self) -> None:
+        sock = self._sock
+
+        def exchange(message: bytes) -> bytes:
+            sock.sendall(frame(0, message))
+            got = read_frame_blocking(sock, HANDSHAKE_MAX)
+            if got is None:
+                raise ConnectionResetError("a frame too long for a handshake")
+            return got[1]
+
+        try:
+            prove(self._key, exchange, self.address)
+        except OSError as exc:
+            self.close()
+            raise ConnectionLostError(f"handshake with {self.address} failed: {exc}") from None
+        except AuthenticationError:
+            self.close()
+            raise
+
+    # -- lines ----------------------------------------------------------------------
+    def context(self) -> StreamContext:
+        line = next(self._lines)
+        with self._cond:
+            self._replies[line] = collections.deque()
+        return StreamContext(self, line)
+
+    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
+        with self._default_lock:
+            return self._default.request(channel, payload, timeout)
+
+    def _forget(self, line: int) -> None:
+        with self._cond:
+            self._replies.pop(line, None)
+
+    def _send(self, line: int, body: bytes) -> None:
+        if self.lost:
+            raise ConnectionLostError(f"the connection to {self.address} is lost")
+        header = _FRAME.pack(len(body), line)
+        try:
+            with self._send_lock:
+                if len(body) < 65536:
+                    self._sock.sendall(header + body)
+                else:
+                    self._sock.sendall(header)
+                    self._sock.sendall(body)
+        except OSError as exc:
+            self._lose()
+            raise ConnectionLostError(
+                f"the connection to {self.address} is lost ({exc})") from None
+
+    def _wait(self, line: int, timeout: float | None) -> bytes:
+        """The next reply on ``line``. One waiting thread at a time reads the socket
+        and hands other lines' replies to their waiters."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._cond:
+                while True:
+                    queue = self._replies.get(line)
+                    if queue:
+                        return queue.popleft()
+                    if self.lost:
+                        raise ConnectionLostError(f"the connection to {self.address} is lost")
+                    if not self._reading:
+                        self._reading = True
+                        break
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        raise _timeout(self.address, timeout)
+                    self._cond.wait(left)
+            try:
+                got = self._read_frame(deadline)
+            except TimeoutError:
+                with self._cond:
+                    self._reading = False
+                    self._cond.notify_all()
+                raise _timeout(self.address, timeout) from None
+            except OSError:
+                with self._cond:
+                    self._reading = False
+                self._lose()
+                raise ConnectionLostError(f"the connection to {self.address} is lost") from None
+            with self._cond:
+                self._reading = False
+                got_line, body = got
+                queue = self._replies.get(got_line)
+                if queue is not None:
+                    queue.append(body)
+                self._cond.notify_all()
+
+    def _read_frame(self, deadline: float | None) -> tuple[int, bytes]:
+        buf = self._rbuf
+        if deadline is not None and not buf:
+            left = max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._sock], [], [], left)
+            if not ready:
+                raise TimeoutError
+        while len(buf) < _FRAME.size:
+            got = self._sock.recv_into(self._chunk)
+            if not got:
+                raise ConnectionResetError("connection closed")
+            buf += memoryview(self._chunk)[:got]
+        size, line = _FRAME.unpack_from(buf)
+        end = _FRAME.size + size
+        if len(buf) >= end:
+            body = bytes(buf[_FRAME.size:end])
+            del buf[:end]
+            return line, body
+        big = bytearray(size)
+        have = len(buf) - _FRAME.size
+        big[:have] = buf[_FRAME.size:]
+        buf.clear()
+        view = memoryview(big)
+        while have < size:
+            n = self._sock.recv_into(view[have:])
+            if n == 0:
+                raise ConnectionResetError("connection closed")
+            have += n
+        return line, bytes(big)
+
+    def _lose(self) -> None:
+        with self._cond:
+            was, self.lost = self.lost, True
+            self._cond.notify_all()
+        if not was:
+            try:
+                self._sock.close()
+            except OSError:
+                pass
+            if self._on_lost is not None:
+                self._on_lost()
+
+    def close(self) -> None:
+        with self._cond:
+            self.lost = True
+            self._cond.notify_all()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+
+def _timeout(address: str, timeout: float | None) -> ConnectionLostError:
+    return ConnectionLostError(f"no answer from {address} within {timeout or 0:.1f}s")
+
+
+class StreamContext:
+    """An independent request line on a :class:`StreamClient` (same interface as
+    :class:`fiber.wire.nng_client.ClientContext`)."""
+
+    def __init__(self, client: StreamClient, line: int) -> None:
+        self._client = client
+        self._line = line
+
+    def request(self, channel: int, payload: bytes, timeout: float | None = None) -> bytes:
+        self.send(channel, payload)
+        return self.recv(timeout)
+
+    def send(self, channel: int, payload: bytes) -> None:
+        self._client._send(self._line, request_frame(channel, payload))
+
+    def recv(self, timeout: float | None = None) -> bytes:
+        reply = self._client._wait(self._line, timeout)
+        return check_reply(reply, self._client.address)
+
+    def close(self) -> None:
+        self._client._forget(self._line)

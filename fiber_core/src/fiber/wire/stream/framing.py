@@ -1,0 +1,81 @@
+"""The stream wire's frames and addresses, shared by its listening and connecting sides.
+
+A frame is ``length (8 bytes) + line (4 bytes) + body`` (:data:`FRAME`); the body is
+the nng wire's message (``b"M" + channel + payload`` for a request, a status byte +
+data for a reply, a handshake message first). An address is
+``stream://HOST:PORT[?local=NAME]``: a process on the listener's host (and network
+namespace) connects to the abstract Unix socket NAME instead of TCP.
+"""
+
+from __future__ import annotations
+
+import socket
+
+from fiber.wire.protocol import STREAM_FRAME as FRAME
+from fiber.wire.protocol import STREAM_SCHEME as SCHEME
+
+__all__ = ["BIG", "FRAME", "HANDSHAKE_MAX", "READ_SIZE", "SCHEME", "connect", "frame",
+           "nodelay", "read_frame_blocking", "split_address"]
+
+HANDSHAKE_MAX = 1024  # the largest frame a handshake may send
+READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
+BIG = 1 << 20  # frames from this size are read straight into their own buffer
+
+
+def split_address(address: str) -> tuple[str, int, str | None]:
+    """``stream://HOST:PORT[?local=NAME]`` -> host, port, local socket name."""
+    if not address.startswith(SCHEME):
+        raise ValueError(f"not a stream address: {address!r}")
+    rest, _, query = address[len(SCHEME):].partition("?")
+    host, _, port = rest.rpartition(":")
+    local = query[len("local="):] if query.startswith("local=") else None
+    return host.strip("[]"), int(port), local or None
+
+
+def connect(host: str, port: int, local: str | None, timeout: float) -> socket.socket:
+    """The listener's local (Unix, abstract) socket when this process shares its host
+    and network namespace, else TCP."""
+    if local and hasattr(socket, "AF_UNIX"):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout)
+        try:
+            sock.connect("\0" + local)
+            return sock
+        except OSError:
+            sock.close()  # another host or namespace: TCP it is
+    sock = socket.create_connection((host, port), timeout=timeout)
+    nodelay(sock)
+    return sock
+
+
+def nodelay(sock: socket.socket) -> None:
+    """Send small frames at once (TCP; nothing to do on a Unix socket)."""
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    except OSError:  # not TCP
+        pass
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionResetError("connection closed")
+        data += chunk
+    return bytes(data)
+
+
+def read_frame_blocking(sock: socket.socket, limit: int) -> tuple[int, bytes] | None:
+    """The next frame (line, body) from a blocking socket (handshakes only); None when
+    its body would be longer than ``limit``. Raises :class:`OSError` when the
+    connection ends or times out."""
+    size, line = FRAME.unpack(_recv_exact(sock, FRAME.size))
+    if size > limit:
+        return None
+    return line, _recv_exact(sock, size)
+
+
+def frame(line: int, body: bytes) -> bytes:
+    """``body`` as a frame on ``line``."""
+    return FRAME.pack(len(body), line) + body

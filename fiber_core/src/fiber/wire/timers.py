@@ -1,0 +1,61 @@
+"""Deadlines on one thread: the hub's own timeouts (a parked request's wait, a
+connection's time to authenticate) and the parent's heartbeat checks run here, so a
+reply and its timeout are decided on the hub's side, never both."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+__all__ = ["Timers"]
+
+logger = logging.getLogger("fiber")
+
+
+class Timers:
+    """A thread, started on first use, that runs callbacks at deadlines."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._counter = itertools.count()
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def call_at(self, deadline: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` at ``deadline`` (a :func:`time.monotonic` time)."""
+        with self._cond:
+            heapq.heappush(self._heap, (deadline, next(self._counter), fn))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fiber-timers",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
+        """Run ``fn()`` in ``delay`` seconds."""
+        self.call_at(time.monotonic() + delay, fn)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
+                    wait = self._heap[0][0] - time.monotonic() if self._heap else None
+                    self._cond.wait(wait)
+                if self._closed:
+                    return
+                _, _, fn = heapq.heappop(self._heap)
+            try:
+                fn()
+            except Exception:  # noqa: BLE001 - a timer must not kill the thread
+                logger.exception("fiber timer callback failed")
+
+    def close(self) -> None:
+        """Stop the thread; callbacks not run yet are dropped."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
