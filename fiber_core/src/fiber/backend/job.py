@@ -86,7 +86,7 @@ class Job:
     host: str | None = None
     handle: Any = field(default=None, repr=False)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["handle"] = None
         return state
