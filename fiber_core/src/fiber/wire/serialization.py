@@ -134,12 +134,12 @@ def loads(body: bytes | memoryview) -> Any:
     offset = 9 + 8 * (count + 1)
     data = view[offset:offset + sizes[0]]
     offset += sizes[0]
-    buffers = []
+    copies: list[bytearray] = []
     for size in sizes[1:]:
         # a writable copy, as a multiprocessing receiver would get
-        buffers.append(bytearray(view[offset:offset + size]))
+        copies.append(bytearray(view[offset:offset + size]))
         offset += size
-    return pickle.loads(data, buffers=buffers)
+    return pickle.loads(data, buffers=copies)
 
 
 def dumps_code(obj: Any) -> bytes:
