@@ -248,7 +248,7 @@ class Process:
             _children.clear()
             _parent_process = _ParentProcess(self._parent_name, self._parent_pid)
             _current_process = self
-            threading.main_thread().name = "MainThread"
+            threading.main_thread()._name = "MainThread"  # type: ignore[attr-defined]  # not the setter: it may rename the OS thread too
             try:
                 self.run()
                 exitcode = 0
