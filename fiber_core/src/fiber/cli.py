@@ -16,8 +16,10 @@ import signal
 import sys
 import time
 import uuid
+from types import FrameType
+from typing import Any
 
-from fiber.backend import JobSpec, JobState, registry
+from fiber.backend import Backend, Job, JobSpec, JobState, registry
 from fiber.errors import BackendError, BackendNotFoundError, ConfigError
 from fiber.runtime import config
 
@@ -41,7 +43,7 @@ def _cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-def _settings(args: argparse.Namespace) -> dict:
+def _settings(args: argparse.Namespace) -> dict[str, Any]:
     chosen = {k: getattr(args, k) for k in ("backend", "cpu", "memory", "gpu", "image")
               if getattr(args, k, None) is not None}
     return config.init(**chosen).as_dict() if chosen else config.get_config().as_dict()
@@ -70,7 +72,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     job = backend.create_job(spec)
     interrupted = False
 
-    def stop(signum, frame):
+    def stop(signum: int, frame: FrameType | None) -> None:
         nonlocal interrupted
         interrupted = True
         backend.terminate(job)
@@ -107,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 128 - code if code < 0 else code
 
 
-def _matching_jobs(args: argparse.Namespace):
+def _matching_jobs(args: argparse.Namespace) -> tuple[Backend, list[Job]]:
     settings = _settings(args)
     backend = registry.get_backend(settings["backend"], settings)
     labels = {"fiber.run": args.run} if args.run else {}

@@ -18,6 +18,8 @@ keeps the end open until it arrives somewhere. So the usual multiprocessing idio
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from fiber.errors import BufferTooShort
 from fiber.runtime import run
@@ -30,11 +32,14 @@ from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
 from fiber.wire.protocol import MailboxOp as Op
 from fiber.wire.protocol import PipeOp
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, WriteableBuffer
+
 __all__ = ["Pipe", "Connection"]
 
 
 def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
-             token: int = 0):
+             token: int = 0) -> Connection:
     conn = Connection(Endpoint(address, cid), side, readable, writable)
     if conn._channel is not None:  # back home: a local handle again
         conn._channel.drop_token(token)
@@ -55,6 +60,7 @@ class Connection:
         self._closed = False
         channel = endpoint.local
         self._channel: PipeChannel | None = channel
+        self._finalizer: weakref.finalize[[int], Connection] | None
         if channel is not None:
             with channel.lock:
                 channel.local_handles[side] += 1
@@ -62,7 +68,7 @@ class Connection:
         else:
             self._finalizer = None
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., Connection], tuple[Any, ...]]:
         if self._closed:
             raise OSError("handle is closed")
         token = 0
@@ -115,14 +121,14 @@ class Connection:
     def __enter__(self) -> Connection:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- I/O ------------------------------------------------------------------------
     def _request(self, payload: bytes, wait: float | None = None) -> bytes:
         return self._endpoint.request(_SIDE.pack(self._side) + payload, wait)
 
-    def send_bytes(self, buf, offset: int = 0, size: int | None = None) -> None:
+    def send_bytes(self, buf: ReadableBuffer, offset: int = 0, size: int | None = None) -> None:
         self._check_closed()
         self._check_writable()
         view = memoryview(buf).cast("B")
@@ -138,7 +144,7 @@ class Connection:
             raise ValueError("buffer length < offset + size")
         self._put(bytes(view[offset:offset + size]))
 
-    def send(self, obj) -> None:
+    def send(self, obj: Any) -> None:
         self._check_closed()
         self._check_writable()
         data = serialization.dumps(obj, self._shm_owner)
@@ -185,7 +191,7 @@ class Connection:
             raise OSError("bad message length")
         return data
 
-    def recv_bytes_into(self, buf, offset: int = 0) -> int:
+    def recv_bytes_into(self, buf: WriteableBuffer, offset: int = 0) -> int:
         view = memoryview(buf).cast("B")
         if offset < 0 or offset > len(view):
             raise ValueError("offset out of bounds" if offset >= 0 else "negative offset")
@@ -200,7 +206,7 @@ class Connection:
         data = self._get()
         return serialization.inline(data) if isinstance(data, serialization.Shared) else data
 
-    def recv(self):
+    def recv(self) -> Any:
         return serialization.loads(self._get())
 
     def poll(self, timeout: float | None = 0.0) -> bool:

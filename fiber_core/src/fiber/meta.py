@@ -25,7 +25,8 @@ def meta(*, cpu: float | None = None, memory: int | str | None = None,
         requests["gpu"] = parse_nonnegative_int(gpu)
 
     def decorate(func: F) -> F:
-        func.__fiber_meta__ = {**getattr(func, "__fiber_meta__", {}), **requests}
+        target: Any = func  # any callable: the requests go in an attribute of its own
+        target.__fiber_meta__ = {**getattr(func, "__fiber_meta__", {}), **requests}
         return func
 
     return decorate

@@ -17,13 +17,18 @@ import signal
 import sys
 import threading
 import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fiber import util
 from fiber.runtime import run
 
+if TYPE_CHECKING:  # imported when a process starts (start-up time)
+    from fiber.runtime.popen import JobPopen
+
 __all__ = ["Process", "current_process", "parent_process", "active_children"]
 
-_children: set = set()
+_children: set[Process] = set()
 _counter = itertools.count(1)
 _lock = threading.Lock()
 
@@ -36,16 +41,18 @@ class Process:
 
     _start_method = None
 
-    def __init__(self, group=None, target=None, name=None, args=(), kwargs=None, *,
-                 daemon=None):
+    def __init__(self, group: None = None, target: Callable[..., object] | None = None,
+                 name: str | None = None, args: Iterable[Any] = (),
+                 kwargs: Mapping[str, Any] | None = None, *,
+                 daemon: bool | None = None) -> None:
         assert group is None, "group argument must be None for now"
         count = next(_counter)
         parent = _current_process
-        self._identity = parent._identity + (count,)
-        self._config = parent._config.copy()
-        self._parent_pid = os.getpid()
+        self._identity: tuple[int, ...] = parent._identity + (count,)
+        self._config: dict[str, Any] = parent._config.copy()
+        self._parent_pid: int | None = os.getpid()
         self._parent_name = parent.name
-        self._popen = None
+        self._popen: JobPopen | None = None
         self._closed = False
         self._target = target
         self._args = tuple(args)
@@ -179,7 +186,7 @@ class Process:
         self._check_closed()
         if self is _current_process:
             return os.getpid()
-        return self._popen and self._popen.pid
+        return self._popen.pid if self._popen is not None else None
 
     pid = ident
 
@@ -188,10 +195,9 @@ class Process:
         """A file descriptor that becomes readable when the process ends, usable
         with :func:`multiprocessing.connection.wait` and :mod:`select`."""
         self._check_closed()
-        try:
-            return self._popen.sentinel
-        except AttributeError:
-            raise ValueError("process not started") from None
+        if self._popen is None:
+            raise ValueError("process not started")
+        return self._popen.sentinel
 
     @property
     def job_id(self) -> str | None:
@@ -226,7 +232,7 @@ class Process:
             info.append("daemon")
         return "<{}>".format(" ".join(info))
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_popen"] = None
         return state
@@ -242,7 +248,7 @@ class Process:
             _children.clear()
             _parent_process = _ParentProcess(self._parent_name, self._parent_pid)
             _current_process = self
-            threading.main_thread()._name = "MainThread"
+            threading.main_thread()._name = "MainThread"  # type: ignore[attr-defined]  # not the setter: it may rename the OS thread too
             try:
                 self.run()
                 exitcode = 0
@@ -309,7 +315,7 @@ class _ParentProcess:
 _main_process = _MainProcess()
 _current_process: Process = _main_process
 _parent_process: _ParentProcess | None = None
-_dangling: weakref.WeakSet = weakref.WeakSet()
+_dangling: weakref.WeakSet[Process] = weakref.WeakSet()
 
 
 def current_process() -> Process:

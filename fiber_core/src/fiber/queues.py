@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import queue
 import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from fiber.runtime import run
 from fiber.runtime.endpoint import Endpoint
@@ -49,7 +51,10 @@ class QueueChannel:
         self.mailbox.peer_gone(peer)
 
 
-def _rebuild(cls, address: str, cid: int, maxsize: int):
+_Q = TypeVar("_Q", bound="Queue")
+
+
+def _rebuild(cls: type[_Q], address: str, cid: int, maxsize: int) -> _Q:
     obj = cls.__new__(cls)
     obj._attach(address, cid, maxsize)
     return obj
@@ -58,7 +63,7 @@ def _rebuild(cls, address: str, cid: int, maxsize: int):
 class Queue:
     """A FIFO queue shared by processes, as :class:`multiprocessing.Queue`."""
 
-    def __init__(self, maxsize: int = 0, *, ctx=None) -> None:
+    def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
         if maxsize <= 0:
             maxsize = 0
         hub = run.hub()
@@ -73,7 +78,7 @@ class Queue:
         local = self._endpoint.local
         self._mailbox = local.mailbox if local is not None else None
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()  # sent elsewhere: keep it for the creator's lifetime
@@ -84,7 +89,7 @@ class Queue:
         if self._closed:
             raise ValueError(f"Queue {self!r} is closed")
 
-    def put(self, obj, block: bool = True, timeout: float | None = None) -> None:
+    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
         self._check()
         data = serialization.dumps(obj, self._endpoint.shm_owner)
         try:
@@ -105,7 +110,7 @@ class Queue:
         if reply[:1] != ACCEPTED:
             raise ValueError(f"Queue {self!r} cannot accept items ({reply[:1]!r})")
 
-    def get(self, block: bool = True, timeout: float | None = None):
+    def get(self, block: bool = True, timeout: float | None = None) -> Any:
         self._check()
         wait = timeout if block else 0.0
         if self._mailbox is not None:
@@ -118,10 +123,10 @@ class Queue:
             raise queue.Empty
         raise EOFError if kind == CLOSED else ValueError(f"unexpected reply {kind!r}")
 
-    def put_nowait(self, obj) -> None:
+    def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
 
-    def get_nowait(self):
+    def get_nowait(self) -> Any:
         return self.get(False)
 
     def qsize(self) -> int:
@@ -170,5 +175,5 @@ class JoinableQueue(Queue):
 class SimpleQueue(Queue):
     """An unbounded queue with only ``get``, ``put``, ``empty`` and ``close``."""
 
-    def __init__(self, *, ctx=None) -> None:
+    def __init__(self, *, ctx: Any = None) -> None:
         super().__init__(0)

@@ -25,11 +25,15 @@ import os
 import queue
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fiber.errors import ProcessError
+
+if TYPE_CHECKING:  # imported when a ring runs (start-up time)
+    from fiber.process import Process
+    from fiber.queues import Queue
 
 __all__ = ["Ring", "RingContext", "RingError", "context"]
 
@@ -101,9 +105,14 @@ def _interface_of(host: str) -> str | None:
 
 SIOCGIFADDR = 0x8915
 
+#: what a member reports first: its reachable address, its host name, and (rank 0) a
+#: free port for the ring's master
+Hello = tuple[str, str, int | None]
 
-def _member(rank: int, world_size: int, reports, inbox, func: Callable,
-            initializer: Callable | None, initargs: tuple) -> None:
+
+def _member(rank: int, world_size: int, reports: Queue, inbox: Queue,
+            func: Callable[[int, int], Any], initializer: Callable[..., object] | None,
+            initargs: tuple[Any, ...]) -> None:
     """The body of one ring member's job."""
     from fiber.runtime.run import listen_host
 
@@ -137,7 +146,8 @@ class Ring:
     """``processes`` equal members running ``func(rank, world_size)``."""
 
     def __init__(self, processes: int, func: Callable[[int, int], Any],
-                 initializer: Callable | None = None, initargs: tuple = ()) -> None:
+                 initializer: Callable[..., object] | None = None,
+                 initargs: Iterable[Any] = ()) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes must be a positive int, not {processes!r}")
         if not callable(func):
@@ -148,9 +158,9 @@ class Ring:
         self.func = func
         self.initializer = initializer
         self.initargs = tuple(initargs)
-        self.members: list = []
+        self.members: list[Process] = []
 
-    def run(self, timeout: float | None = None) -> list:
+    def run(self, timeout: float | None = None) -> list[Any]:
         """Start the members, wait for all, return their results in rank order.
         ``timeout`` (seconds) bounds the whole run (default: none)."""
         from fiber.process import Process
@@ -172,9 +182,10 @@ class Ring:
         finally:
             self._stop()
 
-    def _collect(self, reports, inboxes, timeout: float | None) -> list:
+    def _collect(self, reports: Queue, inboxes: list[Queue],
+                 timeout: float | None) -> list[Any]:
         n = self.processes
-        hellos: dict[int, tuple] = {}
+        hellos: dict[int, Hello] = {}
         results: dict[int, Any] = {}
         start = time.monotonic()
         while len(results) < n:
@@ -198,7 +209,8 @@ class Ring:
             self._handle(report, hellos, results, inboxes)
         return [results[rank] for rank in range(n)]
 
-    def _handle(self, report: tuple, hellos: dict, results: dict, inboxes) -> None:
+    def _handle(self, report: tuple[str, int, Any], hellos: dict[int, Hello],
+                results: dict[int, Any], inboxes: list[Queue]) -> None:
         kind, rank, body = report
         n = self.processes
         if kind == "hello":
@@ -212,9 +224,9 @@ class Ring:
             raise RingError(f"ring member {rank} failed: {what}\n\nRemote traceback:\n"
                             f"{text}", rank)
 
-    def _broadcast(self, hellos: dict[int, tuple], inboxes) -> None:
+    def _broadcast(self, hellos: dict[int, Hello], inboxes: list[Queue]) -> None:
         master_host, _, master_port = hellos[0]
-        by_host: dict[tuple, list[int]] = {}
+        by_host: dict[tuple[str, str], list[int]] = {}
         for rank in sorted(hellos):
             host, hostname, _ = hellos[rank]
             by_host.setdefault((host, hostname), []).append(rank)
@@ -223,7 +235,8 @@ class Ring:
                 inboxes[rank].put((master_host, master_port, local_rank, len(ranks)))
         logger.debug("ring of %d members: master %s:%s", len(hellos), master_host, master_port)
 
-    def _check_members(self, ended: list, results: dict, hellos: dict, start: float,
+    def _check_members(self, ended: list[tuple[int, int]], results: dict[int, Any],
+                       hellos: dict[int, Hello], start: float,
                        timeout: float | None) -> None:
         for rank, code in ended:
             if rank in results:

@@ -9,16 +9,15 @@ names a module (or object) implementing some of the hooks below, marked with
 
 and in ``fiber_mycluster/plugin.py``::
 
-    from fiber.backend.hookspecs import hookimpl
-    from fiber.backend.options import ConfigOption
+    from fiber.backend import ConfigOption, hookimpl
     from .backend import MyClusterBackend
 
     @hookimpl
-    def fiber_backends():
+    def fiber_backends() -> dict[str, type[MyClusterBackend]]:
         return {"mycluster": MyClusterBackend}
 
     @hookimpl
-    def fiber_config_options():
+    def fiber_config_options() -> list[ConfigOption]:
         return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
 
 The backend class implements :class:`fiber.backend.Backend` (create_job, status,
@@ -63,6 +62,7 @@ def fiber_backends() -> Mapping[str, BackendFactory]:
     Backend names are unique across plugins: a second plugin claiming a name is an
     error that names both plugins.
     """
+    raise NotImplementedError  # a specification: pluggy calls the plugins' implementations
 
 
 @hookspec
@@ -71,3 +71,4 @@ def fiber_config_options() -> Sequence[ConfigOption]:
     environment (``FIBER_<NAME>``) or ``.fiberconfig``, are parsed and validated,
     and are shown by ``fiber config``. Prefix the names with the backend's name
     (``docker_network``, ``slurm_partition``)."""
+    raise NotImplementedError  # a specification: pluggy calls the plugins' implementations

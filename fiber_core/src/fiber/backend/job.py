@@ -2,7 +2,7 @@
 
 A backend turns a :class:`JobSpec` into a running :class:`Job` on some cluster and
 reports its :class:`JobStatus`. These three types, :class:`Backend` in
-:mod:`fiber.backend` and the hooks in :mod:`fiber.hookspecs` are the whole contract a
+:mod:`fiber.backend` and the hooks in :mod:`fiber.backend.hookspecs` are the whole contract a
 backend author needs; none of them depends on the rest of fiber.
 """
 
@@ -86,7 +86,7 @@ class Job:
     host: str | None = None
     handle: Any = field(default=None, repr=False)
 
-    def __getstate__(self) -> dict:
+    def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["handle"] = None
         return state

@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pluggy
 
@@ -82,7 +82,9 @@ def backends() -> dict[str, BackendInfo]:
             pm = plugin_manager()
             for impl in pm.hook.fiber_backends.get_hookimpls():
                 package, version = _package_of(impl.plugin)
-                provided = impl.function() or {}
+                # the hookspec's return type (pluggy types an implementation's as object)
+                provided = cast("Mapping[str, hookspecs.BackendFactory] | None",
+                                impl.function()) or {}
                 for name, factory in provided.items():
                     if name in found:
                         raise BackendNotFoundError(

@@ -35,8 +35,10 @@ PARENT_GONE_EXIT = 70
 
 def _parent_gone(reason: str) -> None:
     try:
-        sys.__stderr__.write(f"fiber: parent process is gone ({reason}); exiting\n")
-        sys.__stderr__.flush()
+        stderr = sys.__stderr__
+        if stderr is not None:
+            stderr.write(f"fiber: parent process is gone ({reason}); exiting\n")
+            stderr.flush()
     finally:
         os._exit(PARENT_GONE_EXIT)
 
@@ -63,7 +65,7 @@ class _Forwarder(io.TextIOBase):
         return True
 
     @property
-    def encoding(self) -> str:
+    def encoding(self) -> str:  # type: ignore[override]  # read-only in io.TextIOBase at run time (typeshed says writable)
         return "utf-8"
 
     def fileno(self) -> int:

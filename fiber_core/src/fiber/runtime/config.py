@@ -20,7 +20,6 @@ from typing import Any
 
 from fiber.backend import registry
 from fiber.backend.options import (
-    ConfigError,
     ConfigOption,
     parse_bool,
     parse_memory,
@@ -28,6 +27,7 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
+from fiber.errors import ConfigError
 
 logger = logging.getLogger("fiber")
 

@@ -91,10 +91,10 @@ def _drop_all() -> None:
 class _Waiter:
     __slots__ = ("request", "item", "done", "result", "host")
 
-    def __init__(self, request: transport.Request | None, item: bytes | None = None,
+    def __init__(self, request: transport.Request | None, item: bytes = b"",
                  host: bytes = b"") -> None:
-        self.request = request
-        self.item = item
+        self.request = request  # None: a caller of this process, waiting on the condition
+        self.item = item  # a parked writer's item
         self.host = host  # a remote reader's host token
         self.done = False
         self.result: bytes | None = None
@@ -167,6 +167,7 @@ class Mailbox:
         for waiter in pollers:
             if not waiter.done:
                 waiter.done = True
+                assert waiter.request is not None  # local callers poll on the condition
                 waiter.request.reply(ITEM)
 
     def _take(self) -> bytes:
@@ -186,12 +187,12 @@ class Mailbox:
     def _full(self) -> bool:
         return bool(self.maxsize) and len(self.items) >= self.maxsize
 
-    def _expire(self, waiter: _Waiter, reply: bytes) -> None:
+    def _expire(self, waiter: _Waiter, request: transport.Request, reply: bytes) -> None:
         with self.lock:
             if waiter.done:
                 return
             waiter.done = True
-        waiter.request.reply(reply)
+        request.reply(reply)
 
     # -- local callers --------------------------------------------------------------
     def put(self, item: bytes, block: bool = True, timeout: float | None = None) -> None:
@@ -257,6 +258,7 @@ class Mailbox:
         if self.unfinished == 0:
             joiners, self._joiners = self._joiners, []
             for waiter in joiners:
+                assert waiter.request is not None  # local callers join on the condition
                 waiter.request.reply(b"")
             self.cond.notify_all()
 
@@ -283,7 +285,7 @@ class Mailbox:
                     waiter = _Waiter(request, host=host)
                     self._getters.append(waiter)
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, EMPTY))
             elif op == Op.PUT or op == Op.PUT_SHARED:  # Q: the item is shared (a descriptor)
                 item = Shared(data) if op == Op.PUT_SHARED else bytes(data)
                 if self.reader_closed:
@@ -297,7 +299,7 @@ class Mailbox:
                     waiter = _Waiter(request, item)
                     self._putters.append(waiter)
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, FULL))
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, FULL))
             elif op == Op.POLL:  # poll: is there something to read?
                 if self.items or self.closed or timeout == 0:
                     request.reply(ITEM if (self.items or self.closed) else EMPTY)
@@ -305,7 +307,7 @@ class Mailbox:
                     waiter = _Waiter(request)
                     self._pollers.append(waiter)  # polls do not take items
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, EMPTY))
+                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, EMPTY))
             elif op == Op.SIZE:
                 request.reply(str(len(self.items)).encode())
             elif op == Op.OWNER:  # may the writer put shared-memory items?

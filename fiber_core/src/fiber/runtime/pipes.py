@@ -24,22 +24,25 @@ from fiber.wire.protocol import PipeOp
 __all__ = ["PipeChannel", "recording_transit", "release_transit", "record_transit"]
 
 _tokens = itertools.count(1)
+#: the pipe ends pickled for one Process: (channel, token) of each copy
+Transit = list[tuple["PipeChannel", int]]
 _recording = threading.local()
 
 
 @contextlib.contextmanager
-def recording_transit() -> Iterator[list]:
+def recording_transit() -> Iterator[Transit]:
     """Collect the pipe ends pickled in this block (the payload of a Process), so that
     they can be released if that process ends before receiving them."""
     previous = getattr(_recording, "log", None)
-    _recording.log = log = []
+    log: Transit = []
+    _recording.log = log
     try:
         yield log
     finally:
         _recording.log = previous
 
 
-def release_transit(log: list) -> None:
+def release_transit(log: Transit) -> None:
     """The process that was to receive these copies has ended."""
     for channel, token in log:
         channel.drop_token(token)
@@ -75,7 +78,9 @@ class PipeChannel:
         """A pickled copy will never arrive (or arrived as a local handle)."""
         with self.lock:
             side = self.in_transit.pop(token, None)
-            last = side is not None and self._unused(side)
+            if side is None:
+                return
+            last = self._unused(side)
         if last:
             self.close_side(side)
 

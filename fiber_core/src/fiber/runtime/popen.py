@@ -16,8 +16,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any, Protocol
 
-from fiber.backend.job import JobSpec, JobState, JobStatus
+from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
 from fiber.runtime import config, run
 from fiber.runtime.monitor import monitor_for
@@ -53,13 +55,21 @@ def job_name(process_name: str) -> str:
     return ("fiber-" + slug)[:50].rstrip("-")
 
 
-def preparation_data(name: str) -> dict:
+def preparation_data(name: str) -> dict[str, Any]:
     """What the child needs to look like the parent (sys.path, main module, ...),
     as multiprocessing's spawn start method sends it."""
     data = multiprocessing.spawn.get_preparation_data(name)
     data.pop("authkey", None)
     data.pop("log_to_stderr", None)
     return data
+
+
+class ProcessObject(Protocol):
+    """What a job is made for: a :class:`fiber.Process` (of the API layer, above this
+    one), pickled whole for its job."""
+
+    @property
+    def name(self) -> str: ...
 
 
 class ControlChannel:
@@ -121,7 +131,7 @@ class ControlChannel:
 class JobPopen:
     """Creates the job of a :class:`fiber.Process` and follows it to its end."""
 
-    def __init__(self, process_obj) -> None:
+    def __init__(self, process_obj: ProcessObject) -> None:
         cfg = config.get_config()
         self.process_name = process_obj.name
         self.backend = run.backend()
@@ -133,13 +143,13 @@ class JobPopen:
         self.start_error: ProcessStartError | None = None
         self.pid: int | None = None
         self.host: str | None = None
-        self.job = None
+        # self.job: set once create_job returns (the job may say hello before that)
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._sentinel: tuple[int, int] | None = None
         self._connected = False
         self._released = False
-        self._callbacks: list = []
+        self._callbacks: list[Callable[[], None]] = []
         self._ending = False  # terminate()/kill() was called
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
         with recording_transit() as self._transit:
@@ -151,7 +161,7 @@ class JobPopen:
         meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
         spec = self._job_spec(cfg, process_obj, meta)
         try:
-            self.job = self.backend.create_job(spec)
+            self.job: Job = self.backend.create_job(spec)
         except BaseException:
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
@@ -164,7 +174,8 @@ class JobPopen:
         logger.debug("started %s as %s job %s", self.process_name, self.backend.name, self.job.id)
         monitor_for(self.backend).watch(self.job, self._job_ended)
 
-    def _job_spec(self, cfg, process_obj, meta: dict) -> JobSpec:
+    def _job_spec(self, cfg: config.Config, process_obj: ProcessObject,
+                  meta: dict[str, Any]) -> JobSpec:
         env = cfg.child_env()
         env.update({
             "FIBER_BACKEND": cfg.backend,
@@ -192,10 +203,14 @@ class JobPopen:
         self.pid, self.host = pid, host
         self.hub.call_later(self.heartbeat_interval, self._check_alive)
 
+    def _job_id(self) -> str:
+        job: Job | None = getattr(self, "job", None)
+        return job.id if job is not None else "(being created)"
+
     def failed_to_prepare(self, text: str) -> None:
         """The bootstrap connected but failed before running the process (importing
         the main module, unpickling the process object); it exits next."""
-        job_id = self.job.id if self.job is not None else "(being created)"
+        job_id = self._job_id()
         self.start_error = ProcessStartError(
             f"{self.process_name}: its {self.backend.name} job {job_id} failed while "
             "preparing to run the process (importing the parent's __main__ module, "
@@ -204,7 +219,7 @@ class JobPopen:
 
     def wrong_version(self, difference: str) -> None:
         """The job runs another fiber, protocol or Python: it is refused (and exits)."""
-        job_id = self.job.id if self.job is not None else "(being created)"
+        job_id = self._job_id()
         self.start_error = ProcessStartError(
             f"{self.process_name}: its {self.backend.name} job {job_id} cannot run this "
             f"process: {difference}. Jobs must run the same fiber version and Python "
@@ -281,7 +296,7 @@ class JobPopen:
             except Exception:  # noqa: BLE001
                 logger.exception("process end callback failed")
 
-    def add_done_callback(self, callback) -> None:
+    def add_done_callback(self, callback: Callable[[], None]) -> None:
         """Call ``callback()`` once the process has ended (at once if it has)."""
         with self._lock:
             if not self._done.is_set():

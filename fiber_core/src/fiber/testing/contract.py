@@ -30,11 +30,15 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
-from fiber.backend import Backend, JobCreationError
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend import Backend, Job, JobCreationError, JobSpec, JobState, JobStatus
+
+#: the ``submit`` fixture: ``submit(code, **JobSpec fields)`` runs ``python -c code``
+Submit = Callable[..., Job]
 
 
 class BackendContract:
@@ -58,14 +62,16 @@ class BackendContract:
         return {"fiber.run": "contract-" + uuid.uuid4().hex[:8], "fiber.parent": "contract"}
 
     @pytest.fixture
-    def cluster_job_ids(self, backend: Backend, run_labels) -> Callable[[], set[str]]:
+    def cluster_job_ids(self, backend: Backend,
+                        run_labels: dict[str, str]) -> Callable[[], set[str]]:
         return lambda: {job.id for job in backend.list_jobs(run_labels)}
 
     @pytest.fixture
-    def submit(self, backend: Backend, python: str, base_spec: JobSpec, run_labels) -> Iterator:
+    def submit(self, backend: Backend, python: str, base_spec: JobSpec,
+               run_labels: dict[str, str]) -> Iterator[Submit]:
         created: list[Job] = []
 
-        def submit(code: str, **fields) -> Job:
+        def submit(code: str, **fields: Any) -> Job:
             spec = replace(
                 base_spec,
                 command=[python, "-c", code],
@@ -93,7 +99,8 @@ class BackendContract:
         assert status.is_final
         return status
 
-    def test_success_has_exit_code_zero(self, backend, submit, job_timeout):
+    def test_success_has_exit_code_zero(self, backend: Backend, submit: Submit,
+                                        job_timeout: float) -> None:
         job = submit("print('hello')")
         assert isinstance(job.id, str) and job.id
         status = self._wait(backend, job, job_timeout)
@@ -101,19 +108,21 @@ class BackendContract:
         assert status.exitcode == 0
         assert backend.status(job).state is JobState.SUCCEEDED
 
-    def test_failure_reports_exit_code(self, backend, submit, job_timeout):
+    def test_failure_reports_exit_code(self, backend: Backend, submit: Submit,
+                                       job_timeout: float) -> None:
         job = submit("import sys; sys.exit(3)")
         status = self._wait(backend, job, job_timeout)
         assert status.state is JobState.FAILED
         assert status.exitcode == 3
 
-    def test_killed_by_signal_is_negative(self, backend, submit, job_timeout):
+    def test_killed_by_signal_is_negative(self, backend: Backend, submit: Submit,
+                                          job_timeout: float) -> None:
         job = submit("import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
         status = self._wait(backend, job, job_timeout)
         assert status.state is JobState.FAILED
         assert status.exitcode == -9
 
-    def test_env_and_logs(self, backend, submit, job_timeout):
+    def test_env_and_logs(self, backend: Backend, submit: Submit, job_timeout: float) -> None:
         job = submit(
             "import os, sys; print('out', os.environ['CONTRACT_VALUE'], flush=True); "
             "print('err-line', file=sys.stderr, flush=True)",
@@ -128,12 +137,14 @@ class BackendContract:
         assert "out x42y" in logs
         assert "err-line" in logs
 
-    def test_cwd_is_honoured(self, backend, submit, job_timeout, tmp_path):
+    def test_cwd_is_honoured(self, backend: Backend, submit: Submit, job_timeout: float,
+                             tmp_path: Path) -> None:
         job = submit("import os; print('cwd=' + os.getcwd(), flush=True)", cwd="/")
         self._wait(backend, job, job_timeout)
         assert "cwd=/\n" in backend.logs(job).replace("\r", "")
 
-    def test_terminate_running_job(self, backend, submit, job_timeout):
+    def test_terminate_running_job(self, backend: Backend, submit: Submit,
+                                   job_timeout: float) -> None:
         job = submit("import time; print('started', flush=True); time.sleep(600)")
         deadline = time.monotonic() + job_timeout
         while backend.status(job).state is not JobState.RUNNING:
@@ -149,7 +160,7 @@ class BackendContract:
         backend.terminate(job)  # ending an ended job is not an error
         backend.terminate(job, force=True)
 
-    def test_poll_many_jobs(self, backend, submit, job_timeout):
+    def test_poll_many_jobs(self, backend: Backend, submit: Submit, job_timeout: float) -> None:
         jobs = [submit(f"import sys; sys.exit({i})") for i in range(3)]
         for job in jobs:
             self._wait(backend, job, job_timeout)
@@ -157,7 +168,9 @@ class BackendContract:
         assert set(statuses) == {job.id for job in jobs}
         assert [statuses[job.id].exitcode for job in jobs] == [0, 1, 2]
 
-    def test_list_and_release_leave_nothing(self, backend, submit, job_timeout, cluster_job_ids):
+    def test_list_and_release_leave_nothing(self, backend: Backend, submit: Submit,
+                                            job_timeout: float,
+                                            cluster_job_ids: Callable[[], set[str]]) -> None:
         job = submit("print('x')")
         assert job.id in cluster_job_ids()
         self._wait(backend, job, job_timeout)
@@ -168,7 +181,8 @@ class BackendContract:
         assert job.id not in cluster_job_ids()
         backend.release(job)  # releasing twice is not an error
 
-    def test_job_reaches_listen_address(self, backend, submit, job_timeout):
+    def test_job_reaches_listen_address(self, backend: Backend, submit: Submit,
+                                        job_timeout: float) -> None:
         address = backend.listen_address()
         assert isinstance(address, str) and address
         server = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
@@ -200,7 +214,8 @@ class BackendContract:
         server.close()
         assert received == [token.encode()]
 
-    def test_bad_command_is_an_error(self, backend, base_spec, run_labels, job_timeout):
+    def test_bad_command_is_an_error(self, backend: Backend, base_spec: JobSpec,
+                                     run_labels: dict[str, str], job_timeout: float) -> None:
         spec = replace(base_spec, command=["/nonexistent/fiber-contract-binary"],
                        labels={**base_spec.labels, **run_labels}, name="contract-bad")
         try:

@@ -139,7 +139,7 @@ def hello(pid: int, host: str) -> bytes:
     return json.dumps({**versions(), "pid": pid, "host": host}).encode()
 
 
-def parse_hello(body: bytes) -> dict[str, Any]:
+def parse_hello(body: bytes | memoryview) -> dict[str, Any]:
     """The fields of a HELLO body; an unreadable one (a fiber before protocol 1) gives
     ``{}``, which :func:`mismatch` reports."""
     try:

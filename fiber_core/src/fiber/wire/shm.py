@@ -136,17 +136,19 @@ class _Slot:
     __slots__ = ("name", "fd", "map", "size")
 
     def __init__(self, name: str, fd: int, size: int) -> None:
-        self.name, self.fd, self.size = name, fd, 0
-        self.map: mmap.mmap | None = None
-        self.grow(size)
+        self.name, self.fd = name, fd
+        self.map = self._mapping(size)
+        self.size = size
+
+    def _mapping(self, size: int) -> mmap.mmap:
+        os.posix_fallocate(self.fd, 0, size)  # ENOSPC now rather than SIGBUS later
+        return mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
 
     def grow(self, size: int) -> None:
         if size <= self.size:
             return
-        os.posix_fallocate(self.fd, 0, size)  # ENOSPC now rather than SIGBUS later
-        mapping = mmap.mmap(self.fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
-        if self.map is not None:
-            self.map.close()
+        mapping = self._mapping(size)
+        self.map.close()
         self.map, self.size = mapping, size
 
     def take(self) -> bool:
@@ -171,8 +173,7 @@ class _Slot:
         fcntl.flock(self.fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        if self.map is not None:
-            self.map.close()
+        self.map.close()
         os.close(self.fd)
 
 

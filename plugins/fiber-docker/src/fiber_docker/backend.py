@@ -28,9 +28,16 @@ import requests
 from docker import errors as docker_errors
 from docker.types import DeviceRequest, Mount
 
-from fiber.backend import Backend, ClusterUnreachableError, JobCreationError
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
-from fiber.backend.options import ConfigError
+from fiber.backend import (
+    Backend,
+    ClusterUnreachableError,
+    ConfigError,
+    Job,
+    JobCreationError,
+    JobSpec,
+    JobState,
+    JobStatus,
+)
 from fiber_docker import selfcontainer
 from fiber_docker.status import to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes
@@ -308,7 +315,9 @@ class DockerBackend(Backend):
                 by_run.setdefault(job.spec.labels[RUN_LABEL], []).append(job)
             else:
                 result[job.id] = self.status(job)
-        client = self._connect() if by_run else None
+        if not by_run:
+            return result
+        client = self._connect()
         for run, group in by_run.items():
             rows = self._api("list containers", client.api.containers, all=True,
                              filters={"label": f"{RUN_LABEL}={run}"})

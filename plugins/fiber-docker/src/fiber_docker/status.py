@@ -6,7 +6,7 @@ import signal
 from collections.abc import Mapping
 from typing import Any
 
-from fiber.backend.job import JobState, JobStatus
+from fiber.backend import JobState, JobStatus
 
 _LIVE = {"created": JobState.PENDING, "running": JobState.RUNNING,
          "restarting": JobState.RUNNING, "paused": JobState.RUNNING}

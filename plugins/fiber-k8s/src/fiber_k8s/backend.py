@@ -20,8 +20,7 @@ from typing import Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from fiber.backend import Backend, BackendError, JobCreationError
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend import Backend, BackendError, Job, JobCreationError, JobSpec, JobState, JobStatus
 from fiber_k8s import cluster, names
 from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
 from fiber_k8s.status import CONTAINER, container_started, pod_status
@@ -112,16 +111,17 @@ class KubernetesBackend(Backend):
 
     def create_job(self, spec: JobSpec) -> Job:
         conn = self.conn
-        body = pod_manifest(spec, pod_name=names.pod_name(spec.name), namespace=conn.namespace,
+        pod_name = names.pod_name(spec.name)
+        body = pod_manifest(spec, pod_name=pod_name, namespace=conn.namespace,
                             image=self._image(spec), instance=self.instance,
                             options=self.options, owner=self._owner())
         watcher = self._ensure_watcher()
         try:
-            pod = conn.api.create_namespaced_pod(conn.namespace, body)
+            pod = conn.api.create_namespaced_pod(conn.namespace, body)  # type: ignore[arg-type]  # the client also takes the manifest as a dict
         except API_ERRORS as exc:
             raise self._error(exc, f"create pod for job {spec.name!r}") from exc
         watcher.expect(pod)
-        job = Job(id=pod.metadata.name, backend=self.name, spec=spec,
+        job = Job(id=pod_name, backend=self.name, spec=spec,  # the pod has the name we chose
                   handle=conn.namespace)
         with self._lock:
             self._live[job.id] = job
@@ -158,7 +158,8 @@ class KubernetesBackend(Backend):
     def status(self, job: Job) -> JobStatus:
         watcher = self._watcher
         record = watcher.get(job.id) if watcher is not None else None
-        if record is not None and (watcher.synced.is_set() or record.deleted):
+        if watcher is not None and record is not None and (watcher.synced.is_set()
+                                                           or record.deleted):
             return self._status_of(job.id, record.pod, record.deleted, record.pull_failing_since)
         # not one of ours, or the watch is not running: ask directly
         try:
@@ -286,17 +287,20 @@ class KubernetesBackend(Backend):
             raise self._error(exc, "list pods") from exc
         jobs = []
         for pod in pods.items:
-            annotations = pod.metadata.annotations or {}
+            meta, pod_spec = pod.metadata, pod.spec
+            if meta is None or meta.name is None or pod_spec is None:
+                continue  # (never: the API server fills them in every pod it lists)
+            annotations = meta.annotations or {}
             try:
                 job_labels = json.loads(annotations.get(ANNOTATION_LABELS, "{}"))
             except ValueError:
-                job_labels = dict(pod.metadata.labels or {})
-            container = pod.spec.containers[0]
+                job_labels = dict(meta.labels or {})
+            container = pod_spec.containers[0]
             spec = JobSpec(command=list(container.command or []), image=container.image,
-                           name=annotations.get(ANNOTATION_NAME, pod.metadata.name),
+                           name=annotations.get(ANNOTATION_NAME, meta.name),
                            labels=job_labels, cwd=container.working_dir)
-            jobs.append(Job(id=pod.metadata.name, backend=self.name, spec=spec,
-                            host=pod.spec.node_name, handle=pod.metadata.namespace))
+            jobs.append(Job(id=meta.name, backend=self.name, spec=spec,
+                            host=pod_spec.node_name, handle=meta.namespace))
         return jobs
 
     def close(self) -> None:

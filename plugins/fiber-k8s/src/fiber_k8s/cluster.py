@@ -96,7 +96,7 @@ def connect(options: dict[str, Any]) -> Connection:
     return Connection(api, namespace, configuration.host, use_cluster)
 
 
-def own_pod_name() -> str | None:
+def own_pod_name() -> str:
     """The name of the pod this process runs in: $POD_NAME (downward API) or the
     hostname, which Kubernetes sets to the pod name (also for generateName pods)."""
     return os.environ.get("POD_NAME") or os.environ.get("HOSTNAME") or socket.gethostname()
@@ -159,6 +159,8 @@ def translate(exc: BaseException, what: str, namespace: str, host: str) -> Backe
 def _message(exc: ApiException) -> str:
     import json
 
+    if exc.body is None:
+        return str(exc.reason)
     try:
         return json.loads(exc.body).get("message") or exc.reason
     except (TypeError, ValueError, AttributeError):

@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from fiber.backend.job import JobSpec
+from fiber.backend import JobSpec
 from fiber_k8s import names
 from fiber_k8s.resources import pod_resources
 from fiber_k8s.settings import (

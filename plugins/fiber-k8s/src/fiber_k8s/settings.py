@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from fiber.backend.options import parse_list
+from fiber.backend import parse_list
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")

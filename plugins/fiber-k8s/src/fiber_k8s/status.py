@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from fiber.backend.job import JobState, JobStatus
+from fiber.backend import JobState, JobStatus
 
 CONTAINER = "job"
 #: waiting reasons that will not go away by themselves

@@ -21,8 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fiber.backend import Backend, BackendError, JobCreationError
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend import Backend, BackendError, Job, JobCreationError, JobSpec, JobState, JobStatus
 from fiber_slurm import script
 from fiber_slurm.commands import SlurmCommands
 from fiber_slurm.options import default_log_dir

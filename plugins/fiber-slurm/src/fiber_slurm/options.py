@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import re
 
-from fiber.backend.options import ConfigOption, parse_positive_float
+from fiber.backend import ConfigOption, parse_positive_float
 
 
 def parse_extra(text: str | list | tuple) -> list[str]:

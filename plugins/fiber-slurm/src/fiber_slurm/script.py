@@ -17,8 +17,7 @@ from string import Template
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
-from fiber.backend import JobCreationError
-from fiber.backend.job import JobSpec
+from fiber.backend import JobCreationError, JobSpec
 
 _NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_LABEL = "fiber.name"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import signal
 
-from fiber.backend.job import JobState, JobStatus
+from fiber.backend import JobState, JobStatus
 
 _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
             "RESV_DEL_HOLD", "POWER_UP_NODE"}

@@ -23,8 +23,15 @@ from typing import Any
 
 import paramiko
 
-from fiber.backend import Backend, ClusterUnreachableError, JobCreationError
-from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend import (
+    Backend,
+    ClusterUnreachableError,
+    Job,
+    JobCreationError,
+    JobSpec,
+    JobState,
+    JobStatus,
+)
 from fiber_ssh import remote
 from fiber_ssh.connection import HostConnection
 from fiber_ssh.hosts import HostSyntaxError, resolve_hosts
@@ -286,10 +293,11 @@ class SSHBackend(Backend):
         """Read the wrapper's pid (or error) line, then drain the output until the
         channel closes; record the final status and free the slots."""
         chan = handle.channel
+        assert chan is not None  # set before the reader starts
         head = bytearray()  # output before the pid line: login-shell noise
         try:
             while True:
-                data = chan.recv(65536)
+                data: bytes | None = chan.recv(65536)
                 if not data:
                     break
                 if handle.pid is None and handle.start_error is None:
@@ -426,8 +434,9 @@ class SSHBackend(Backend):
         if handle.done.is_set() or handle.host is None or handle.pid is None:
             return
         try:
-            handle.channel.sendall(b"KILL\n" if force else b"TERM\n")
-            return
+            if handle.channel is not None:  # (it is, once the pid is known)
+                handle.channel.sendall(b"KILL\n" if force else b"TERM\n")
+                return
         except (OSError, EOFError, paramiko.SSHException) as exc:
             logger.debug("cannot signal pid %s through its channel: %s", handle.pid, exc)
         try:

@@ -37,21 +37,29 @@ def _handle_request(chan: paramiko.Channel, m: Message) -> None:
             number = int(signal.Signals["SIG" + name])
         except KeyError:
             number = 0
-        chan.fiber_exit_signal = (name, number)
+        chan.fiber_exit_signal = (name, number)  # type: ignore[attr-defined]  # our own attribute, read by the backend
         chan.exit_status = -number if number else 255
         chan.status_event.set()
         return
     m.packet.seek(position)
-    paramiko.Channel._handle_request(chan, m)
+    paramiko.Channel._handle_request(chan, m)  # type: ignore[attr-defined]  # paramiko's private handler (not in its stubs)
 
 
 class _Transport(paramiko.Transport):
     """A transport that also understands ``exit-signal``."""
 
     _channel_handler_table = {
-        **paramiko.Transport._channel_handler_table,
+        **paramiko.Transport._channel_handler_table,  # type: ignore[attr-defined]  # private, not in the stubs
         MSG_CHANNEL_REQUEST: _handle_request,
     }
+
+
+def _transport_of(client: paramiko.SSHClient, name: str) -> paramiko.Transport:
+    """The transport of a connected client (a client has none once closed)."""
+    transport = client.get_transport()
+    if transport is None:
+        raise ClusterUnreachableError(f"SSH host {name}: the connection is closed")
+    return transport
 
 
 class HostConnection:
@@ -89,7 +97,7 @@ class HostConnection:
             except ClusterUnreachableError as exc:
                 self.error = exc
                 raise
-            return self._client.get_transport()
+            return _transport_of(self._client, self.spec.name)
 
     @property
     def alive(self) -> bool:
@@ -158,7 +166,7 @@ class HostConnection:
                 spec.hostname, port=spec.port, username=spec.user, key_filename=key_file,
                 look_for_keys=not key_file, allow_agent=not key_file, timeout=timeout,
                 banner_timeout=timeout, auth_timeout=timeout, sock=sock,
-                transport_factory=_Transport,
+                transport_factory=_Transport,  # type: ignore[arg-type]  # types-paramiko's factory protocol still has the gss arguments paramiko 5 dropped
             )
         except paramiko.BadHostKeyException as exc:
             client.close()
@@ -205,7 +213,7 @@ class HostConnection:
             raise ClusterUnreachableError(
                 f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {exc}"
             ) from None
-        transport = client.get_transport()
+        transport = _transport_of(client, spec.name)
         transport.set_keepalive(max(1, int(float(self.options.get("ssh_keepalive") or 5.0))))
         logger.debug("connected to %s", spec.label)
         return client
@@ -218,7 +226,7 @@ class HostConnection:
         timeout = float(self.options.get("ssh_connect_timeout") or 10.0)
         transports = [self.connect()]
         with self._lock:
-            transports += [client.get_transport() for client in self._extra]
+            transports += [_transport_of(client, self.spec.name) for client in self._extra]
         for transport in transports:
             try:
                 return transport.open_session(timeout=timeout)
@@ -234,7 +242,7 @@ class HostConnection:
         logger.debug("%s: sessions limit reached, opened connection %d", self.spec.name,
                      len(self._extra) + 1)
         try:
-            return client.get_transport().open_session(timeout=timeout)
+            return _transport_of(client, self.spec.name).open_session(timeout=timeout)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             raise ClusterUnreachableError(
                 f"SSH host {self.spec.name} did not open a session on a new connection: "

@@ -12,8 +12,7 @@ from __future__ import annotations
 import logging
 import math
 
-from fiber.backend import ClusterUnreachableError, JobCreationError
-from fiber.backend.job import JobSpec
+from fiber.backend import ClusterUnreachableError, JobCreationError, JobSpec
 from fiber_ssh.connection import HostConnection
 
 logger = logging.getLogger("fiber.ssh")

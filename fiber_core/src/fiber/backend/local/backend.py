@@ -63,7 +63,8 @@ class LocalBackend(Backend):
                 self._forkserver = _ForkServer()
             return self._forkserver
 
-    def _forked(self, module: str, env: dict, cwd: str | None, log_path: str):
+    def _forked(self, module: str, env: dict[str, str], cwd: str | None,
+                log_path: str) -> _ForkedChild:
         return self._template().spawn(module, env, cwd, log_path)
 
     def _forkable(self, command: Sequence[str]) -> str | None:
@@ -227,8 +228,11 @@ class _ForkedChild:
 
     def wait(self, timeout: float | None = None) -> int:
         if not self._ended.wait(timeout):
-            raise subprocess.TimeoutExpired(f"job {self.pid}", timeout)
-        return self.returncode
+            # (only a finite timeout can run out)
+            raise subprocess.TimeoutExpired(f"job {self.pid}", timeout or 0.0)
+        code = self.returncode
+        assert code is not None  # set before _ended
+        return code
 
     def send_signal(self, sig: int) -> None:
         if self.returncode is None:
@@ -239,6 +243,17 @@ class _ForkedChild:
 
 
 _SPAWN_HINT = "FIBER_LOCAL_START_METHOD=spawn to start jobs without it"
+
+
+class _Pending:
+    """A spawn request waiting for the template's answer: the child, or the
+    template's error message (``None`` when the template exited)."""
+
+    __slots__ = ("done", "answer")
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.answer: _ForkedChild | str | None = None
 
 
 class _ForkServer:
@@ -265,23 +280,24 @@ class _ForkServer:
         self.dead = False
         self._lock = threading.Lock()
         self._keys = itertools.count()
-        self._waiting: dict[int, list] = {}
+        self._waiting: dict[int, _Pending] = {}
         self._children: dict[int, _ForkedChild] = {}
         self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
         self._reader.start()
 
-    def spawn(self, module: str, env: dict, cwd: str | None, log_path: str) -> _ForkedChild:
+    def spawn(self, module: str, env: dict[str, str], cwd: str | None,
+              log_path: str) -> _ForkedChild:
         key = next(self._keys)
-        slot: list = [threading.Event(), None]
+        slot = _Pending()
         with self._lock:
             if self.dead:
                 raise JobCreationError("the local backend's template process has exited")
             self._waiting[key] = slot
             self._proto.send_message(self._sock, ("spawn", key, module, env, cwd, log_path))
-        if not slot[0].wait(30):
+        if not slot.done.wait(30):
             raise JobCreationError("the local backend's template process does not answer "
                                    f"(set {_SPAWN_HINT})")
-        answer = slot[1]
+        answer = slot.answer
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
         if answer is None:
@@ -302,7 +318,7 @@ class _ForkServer:
             waiting, self._waiting = self._waiting, {}
             children = [c for c in self._children.values() if c.returncode is None]
         for slot in waiting.values():
-            slot[0].set()
+            slot.done.set()
         for child in children:  # orphaned by the template: end them, call them killed
             try:
                 os.killpg(child.pid, signal.SIGKILL)
@@ -310,7 +326,7 @@ class _ForkServer:
                 pass
             child._set_exit(-signal.SIGKILL)
 
-    def _dispatch(self, message: tuple) -> None:
+    def _dispatch(self, message: tuple[Any, ...]) -> None:
         kind = message[0]
         if kind == "exited":
             _, pid, code = message
@@ -320,15 +336,15 @@ class _ForkServer:
                 child._set_exit(code)
             return
         _, key, value = message
+        answer: _ForkedChild | str = value  # "failed": the template's error message
         with self._lock:
             slot = self._waiting.pop(key, None)
             if kind == "spawned":
-                child = _ForkedChild(value)
-                self._children[value] = child
-                value = child
+                answer = _ForkedChild(value)
+                self._children[value] = answer
         if slot is not None:
-            slot[1] = value
-            slot[0].set()
+            slot.answer = answer
+            slot.done.set()
 
     def close(self) -> None:
         try:

@@ -39,6 +39,11 @@ import sys
 import traceback
 import types
 import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:  # for annotations only (importlib.abc is not imported at start-up)
+    from importlib.abc import SourceLoader
 
 # Standard modules jobs import after they start (absent ones are fine).
 _PRELOAD = ("pkgutil", "encodings.idna")
@@ -53,13 +58,13 @@ def send_message(sock: socket.socket, message: object) -> None:
     sock.sendall(_LEN.pack(len(data)) + data)
 
 
-def recv_message(sock: socket.socket, buffer: bytearray) -> list:
+def recv_message(sock: socket.socket, buffer: bytearray) -> list[Any]:
     """Read what is available; return the complete messages in ``buffer``."""
     chunk = sock.recv(1 << 16)
     if not chunk:
         raise EOFError
     buffer += chunk
-    messages = []
+    messages: list[Any] = []
     while len(buffer) >= _LEN.size:
         (size,) = _LEN.unpack_from(buffer)
         if len(buffer) < _LEN.size + size:
@@ -69,8 +74,9 @@ def recv_message(sock: socket.socket, buffer: bytearray) -> list:
     return messages
 
 
-def _child(closables: list, pipe_fds: tuple[int, int], module: str, env: dict,
-           cwd: str | None, log_path: str) -> None:
+def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
+           pipe_fds: tuple[int, int], module: str, env: dict[str, str],
+           cwd: str | None, log_path: str) -> NoReturn:
     """In the forked child: become the job."""
     code = 1
     try:
@@ -153,17 +159,20 @@ def _stale_bytecode(source: str) -> bool:
         return True
 
 
-def preload_plan(modules: dict | None = None) -> tuple[list, list]:
+def preload_plan(
+    modules: Mapping[str, types.ModuleType] | None = None,
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """In the parent: the standard library modules and fiber's own modules it has
     imported, and its other modules whose bytecode cache is missing or older than the
     source, both as ``[(name, file)]``."""
     from importlib.machinery import SourceFileLoader
 
     stdlib = _stdlib_dir() + os.sep
-    names, sources = [], []
+    names: list[tuple[str, str]] = []
+    sources: list[tuple[str, str]] = []
     for name, module in list((modules if modules is not None else sys.modules).items()):
         spec = getattr(module, "__spec__", None)
-        origin = getattr(spec, "origin", None)
+        origin: str | None = getattr(spec, "origin", None)
         if not origin or not os.path.isabs(origin) or name in _NOT_PRELOADED:
             continue
         top = name.split(".")[0]
@@ -171,7 +180,7 @@ def preload_plan(modules: dict | None = None) -> tuple[list, list]:
                                    and "-packages" not in origin[len(stdlib):]):
             if top not in _NOT_PRELOADED:
                 names.append((name, origin))
-        elif isinstance(spec.loader, SourceFileLoader) and _stale_bytecode(origin):
+        elif isinstance(getattr(spec, "loader", None), SourceFileLoader) and _stale_bytecode(origin):
             sources.append((name, origin))
     return names, sources
 
@@ -179,8 +188,12 @@ def preload_plan(modules: dict | None = None) -> tuple[list, list]:
 _compiled: dict[str, tuple[bytes, types.CodeType]] = {}
 
 
-def _cached_source_to_code(original):
-    def source_to_code(self, data, path, *, _optimize=-1):
+_SourceToCode = Callable[..., types.CodeType]
+
+
+def _cached_source_to_code(original: _SourceToCode) -> _SourceToCode:
+    def source_to_code(self: SourceLoader, data: bytes, path: str, *,
+                       _optimize: int = -1) -> types.CodeType:
         hit = _compiled.get(path)
         if hit is not None and _optimize == -1 and hit[0] == data:
             return hit[1]  # compiled from these very bytes, with the same flags
@@ -189,7 +202,7 @@ def _cached_source_to_code(original):
     return source_to_code
 
 
-def apply_preload(names: list, sources: list) -> None:
+def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) -> None:
     """In the template: import ``names`` (each only if it resolves to the same file
     as in the parent), compile the files of ``sources`` not imported here for the
     jobs' imports to reuse."""
@@ -211,7 +224,7 @@ def apply_preload(names: list, sources: list) -> None:
         except (OSError, SyntaxError, ValueError):
             continue
     if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
-        SourceFileLoader.source_to_code = _cached_source_to_code(
+        SourceFileLoader.source_to_code = _cached_source_to_code(  # type: ignore[method-assign]  # the template's loaders reuse its compiled code on purpose
             SourceFileLoader.source_to_code)
     with warnings.catch_warnings():
         # a deprecated module warned in the parent already; not once more from here
