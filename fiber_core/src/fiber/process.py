@@ -2,9 +2,9 @@
 :mod:`multiprocessing.process`.
 
 ``Process.start()`` asks the selected backend to create a job running
-``python -m fiber.bootstrap``; the bootstrap dials back to this process's hub,
+``python -m fiber.runtime.bootstrap``; the bootstrap dials back to this process's hub,
 authenticates, receives the pickled Process object and runs it (see
-:mod:`fiber.bootstrap` and :mod:`fiber.popen`). Differences from multiprocessing are
+:mod:`fiber.runtime.bootstrap` and :mod:`fiber.runtime.popen`). Differences from multiprocessing are
 listed in docs/architecture.md.
 """
 
@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from fiber import util
 from fiber.runtime import run
+from fiber.wire import auth
+from fiber.wire.serialization import rebind_main
 
 if TYPE_CHECKING:  # imported when a process starts (start-up time)
     from fiber.runtime.popen import JobPopen
@@ -69,8 +71,6 @@ class Process:
     def run(self) -> None:
         """Method to be run in the job; override it in a subclass."""
         if self._target:
-            from fiber.wire.serialization import rebind_main
-
             rebind_main(self._target)(*self._args, **self._kwargs)
 
     def start(self) -> None:
@@ -84,7 +84,7 @@ class Process:
             "daemonic processes are not allowed to have children"
         run.check_not_importing_main()
         _cleanup()
-        from fiber.runtime.popen import JobPopen
+        from fiber.runtime.popen import JobPopen  # here for start-up time, as above
 
         self._popen = JobPopen(self)
         with _lock:
@@ -162,14 +162,10 @@ class Process:
 
     @property
     def authkey(self) -> bytes:
-        from fiber.wire import auth
-
         return auth.get_authkey()
 
     @authkey.setter
     def authkey(self, authkey: bytes) -> None:
-        from fiber.wire import auth
-
         auth.set_authkey(authkey)
 
     @property
@@ -365,7 +361,7 @@ def _exit_function() -> None:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort
             pass
-    from fiber.runtime import popen
+    from fiber.runtime import popen  # loaded already: this process started a child
 
     popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
 

@@ -1,6 +1,6 @@
 """``Queue``, ``JoinableQueue`` and ``SimpleQueue`` usable from any process of a run.
 
-The queue's items live in a :class:`fiber.mailbox.Mailbox` in the process that created
+The queue's items live in a :class:`fiber.runtime.mailbox.Mailbox` in the process that created
 it; every other process (on any machine) reaches it through the creator's hub. Several
 writers and readers may use one queue at once; each item goes to exactly one reader.
 Semantics follow multiprocessing (blocking, timeouts, ``queue.Empty``/``queue.Full``).

@@ -114,7 +114,7 @@ def _member(rank: int, world_size: int, reports: Queue, inbox: Queue,
             func: Callable[[int, int], Any], initializer: Callable[..., object] | None,
             initargs: tuple[Any, ...]) -> None:
     """The body of one ring member's job."""
-    from fiber.runtime.run import listen_host
+    from fiber.runtime.run import listen_host  # in the member's job only
 
     host = listen_host()
     port = _free_port(host) if rank == 0 else None
@@ -163,6 +163,7 @@ class Ring:
     def run(self, timeout: float | None = None) -> list[Any]:
         """Start the members, wait for all, return their results in rank order.
         ``timeout`` (seconds) bounds the whole run (default: none)."""
+        # imported when a ring runs (start-up time, as above)
         from fiber.process import Process
         from fiber.queues import Queue
 

@@ -7,7 +7,7 @@ a condition variable; remote callers' requests are parked and answered when an i
 (or room) arrives or when their timeout expires, the timeout being kept by the hub so
 that an item is never both delivered and timed out.
 
-Items whose large buffers are in a shared-memory segment (:class:`fiber.serialization.
+Items whose large buffers are in a shared-memory segment (:class:`fiber.wire.serialization.
 Shared`, put with op ``Q`` by remote senders) are handed to a remote reader of this
 host as the descriptor (reply ``SHARED``), and to a reader of another host inline
 (the segment read and unlinked here). Items that will never be read (the mailbox is
@@ -316,9 +316,7 @@ class Mailbox:
                 try:
                     self._task_done()
                 except ValueError as exc:
-                    from fiber.wire.serialization import pack_exception
-
-                    request.reply(pack_exception(exc), transport.ERROR)
+                    request.reply(serialization.pack_exception(exc), transport.ERROR)
                     return
                 request.reply(b"")
             elif op == Op.JOIN:

@@ -6,7 +6,7 @@ interactive ``__main__``). ``dumps_code`` always uses cloudpickle (process objec
 task functions), which pickles ``__main__`` code by value. Large buffers (pickle
 protocol 5, e.g. numpy arrays) travel out of band: they are not copied into the
 pickle stream, only once into the message. Queues and pipes pass a ``shared`` callback: large
-buffers then go through a shared-memory segment (:mod:`fiber.shm`) when the mailbox
+buffers then go through a shared-memory segment (:mod:`fiber.wire.shm`) when the mailbox
 is on this host, and the message is a small descriptor (a :class:`Shared`).
 """
 
@@ -60,7 +60,7 @@ def dumps(obj: Any, shared: Callable[[], int | None] | None = None) -> bytes:
 
     ``shared`` (queues and pipes) returns the pid of the process holding the
     destination mailbox when it is on this host, else None; it is called only for
-    messages with at least :data:`fiber.shm.THRESHOLD` bytes of buffers, which then
+    messages with at least :data:`fiber.wire.shm.THRESHOLD` bytes of buffers, which then
     go into a shared-memory segment and the result is a :class:`Shared`."""
     buffers: list[pickle.PickleBuffer] = []
     data = _pickle(obj, buffers)
