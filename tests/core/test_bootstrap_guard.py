@@ -9,29 +9,13 @@ token in its environment, looked up in /proc.
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
 import pytest
+from procs import processes_with
 
 START_METHODS = ["forkserver", "spawn"]
-
-
-def _processes_with(token: str) -> list[int]:
-    """Pids of the live processes whose initial environment holds ``token``."""
-    found = []
-    needle = token.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 def _run(run_script, code: str, method: str, timeout: float = 60):
@@ -40,9 +24,9 @@ def _run(run_script, code: str, method: str, timeout: float = 60):
            "GUARD_TEST_TOKEN": token}
     result = run_script(code, env=env, timeout=timeout)
     deadline = time.monotonic() + 10
-    while _processes_with(token) and time.monotonic() < deadline:
+    while processes_with(token) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(token) == [], "processes of the script are still running"
+    assert processes_with(token) == [], "processes of the script are still running"
     return result
 
 

@@ -13,7 +13,6 @@ inherits a unique token in its environment, looked up in /proc.
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
 import sys
@@ -22,27 +21,12 @@ import uuid
 from pathlib import Path
 
 import pytest
+from procs import processes_with
 
 import fiber
 from fiber import _version
 
 OTHER_VERSION = "0.0.1.other"
-
-
-def _processes_with(token: str) -> list[int]:
-    """Pids of the live processes whose initial environment holds ``token``."""
-    found = []
-    needle = token.encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                if needle in f.read():
-                    found.append(int(entry))
-        except OSError:
-            continue
-    return found
 
 
 @pytest.fixture
@@ -139,9 +123,9 @@ def _run(run_script, code: str, python: str) -> dict:
     code = code.replace("import json", f"import json\n    JOB_PYTHON = {python!r}", 1)
     result = run_script(code, env=env, timeout=120)
     deadline = time.monotonic() + 10
-    while _processes_with(token) and time.monotonic() < deadline:
+    while processes_with(token) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _processes_with(token) == [], "processes of the script are still running"
+    assert processes_with(token) == [], "processes of the script are still running"
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 
