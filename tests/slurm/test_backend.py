@@ -48,6 +48,15 @@ def wait_running(backend, job, timeout: float = 60) -> None:
         time.sleep(0.1)
 
 
+def wait_output(backend, job, text: str, timeout: float = 60) -> None:
+    """Until the job has printed ``text`` (it has got that far in its own code)."""
+    deadline = time.monotonic() + timeout
+    while text not in backend.logs(job):
+        assert not backend.status(job).is_final, backend.status(job)
+        assert time.monotonic() < deadline, f"the job never printed {text!r}"
+        time.sleep(0.1)
+
+
 def test_requests_name_and_comment_reach_slurm(backend, jobs, run_id):
     job = backend.create_job(spec(run_id, "import time; time.sleep(600)", cpu=1.5,
                                   memory=300, labels={"team": "a b&c"}))
@@ -155,7 +164,8 @@ def test_force_terminate_running_job(backend, jobs, run_id):
         run_id, "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
         "print('up', flush=True); time.sleep(600)"))
     jobs.append(job)
-    wait_running(backend, job)
+    # RUNNING in Slurm's eyes comes before the interpreter has set SIGTERM aside
+    wait_output(backend, job, "up")
     started = time.monotonic()
     backend.terminate(job, force=True)
     final = backend.wait(job, 30)
