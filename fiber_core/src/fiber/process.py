@@ -361,7 +361,7 @@ def _exit_function() -> None:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort
             pass
-    from fiber.runtime import popen  # loaded already: this process started a child
-
-    popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
+    popen = sys.modules.get("fiber.runtime.popen")
+    if popen is not None:  # this process created jobs (a job that did not needs nothing)
+        popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
 

@@ -90,10 +90,11 @@ class Backend(abc.ABC):
         ``listen_address``."""
         return "127.0.0.1"
 
-    def expect_jobs(self) -> None:
+    def expect_jobs(self, command: Sequence[str]) -> None:
         """Called once in a program's main process when it prepares to create jobs (it
-        opens its listening socket), before the first :meth:`create_job`: a backend may
-        start now what its jobs will need, in parallel with the rest of the set-up."""
+        opens its listening socket), before the first :meth:`create_job`, with the
+        command fiber's jobs will run (as :attr:`JobSpec.command`): a backend may start
+        now what its jobs will need, in parallel with the rest of the set-up."""
         return None
 
     def release(self, job: Job) -> None:

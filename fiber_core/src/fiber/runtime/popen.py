@@ -29,8 +29,6 @@ from fiber.wire.protocol import Control
 
 logger = logging.getLogger("fiber")
 
-#: the module every job runs (``python -m BOOTSTRAP``)
-BOOTSTRAP = "fiber.runtime.bootstrap"
 LOG_TAIL = 4000
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
@@ -186,7 +184,7 @@ class JobPopen:
             "PYTHONUNBUFFERED": "1",
         })
         return JobSpec(
-            command=[cfg.python or sys.executable, "-m", BOOTSTRAP],
+            command=run.job_command(),
             env=env,
             cwd=os.getcwd(),
             image=cfg.image,

@@ -8,6 +8,7 @@ host to listen on) is passed to it by :func:`hub`.
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import uuid
 
@@ -19,6 +20,8 @@ __all__ = ["run_id", "is_job", "backend", "listen_host", "hub",
            "check_not_importing_main"]
 
 RUN_ENV = "_FIBER_RUN"
+#: the module every job runs (``python -m BOOTSTRAP``)
+BOOTSTRAP = "fiber.runtime.bootstrap"
 
 _lock = threading.Lock()
 _is_job = False  # set by the bootstrap of a job
@@ -68,6 +71,12 @@ def check_not_importing_main() -> None:
         raise RuntimeError(_IMPORTING_MAIN_MESSAGE)
 
 
+def job_command() -> list[str]:
+    """The command every job of this process runs (``python -m BOOTSTRAP``, with the
+    ``python`` setting's interpreter)."""
+    return [config.get_config().python or sys.executable, "-m", BOOTSTRAP]
+
+
 def backend() -> Backend:
     """The backend selected by the settings (created on first use)."""
     cfg = config.get_config()
@@ -85,12 +94,13 @@ def listen_host() -> str:
 
 def hub() -> transport.Hub:
     """This process's hub, created on first use. In a program's main process, the
-    backend is told then that jobs are coming (:meth:`Backend.expect_jobs`)."""
+    backend is told then that jobs running :func:`job_command` are coming
+    (:meth:`Backend.expect_jobs`)."""
     global _expected
     host = listen_host()
     if not _is_job and not _expected:
         with _lock:
             first, _expected = not _expected, True
         if first:
-            backend().expect_jobs()
+            backend().expect_jobs(job_command())
     return transport.get_hub(host)

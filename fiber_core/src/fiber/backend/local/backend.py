@@ -56,11 +56,12 @@ class LocalBackend(Backend):
         self._logdir: str | None = None
         self._forkserver: _ForkServer | None = None
         self._use_forkserver = options.get("local_start_method", "forkserver") == "forkserver"
+        self._job_modules: set[str] = set()  # what forked jobs run: the template imports it
 
     def _template(self) -> _ForkServer:
         with self._lock:
             if self._forkserver is None or self._forkserver.dead:
-                self._forkserver = _ForkServer()
+                self._forkserver = _ForkServer(sorted(self._job_modules))
             return self._forkserver
 
     def _forked(self, module: str, env: dict[str, str], cwd: str | None,
@@ -75,11 +76,15 @@ class LocalBackend(Backend):
             return command[2]
         return None
 
-    def expect_jobs(self) -> None:
+    def expect_jobs(self, command: Sequence[str]) -> None:
         # the main process is about to create jobs: start the template now, in parallel
-        # with the core's set-up (a job, such as a Manager's server, may never create
-        # one, so there the template starts with its first job)
-        if self._use_forkserver:
+        # with the core's set-up, with the jobs' module imported before the first fork (a
+        # job, such as a Manager's server, may never create one, so there the template
+        # starts with its first job)
+        module = self._forkable(command)
+        if module is not None:
+            with self._lock:
+                self._job_modules.add(module)
             try:
                 self._template()
             except JobCreationError as exc:
@@ -100,6 +105,8 @@ class LocalBackend(Backend):
         log_path = self._log_path(spec.name)
         module = self._forkable(spec.command)
         if module is not None:
+            with self._lock:
+                self._job_modules.add(module)  # a template started later imports it first
             child = self._forked(module, env, spec.cwd, log_path)
             job = Job(id=str(child.pid), backend=self.name, spec=spec, host="localhost",
                       handle=(child, log_path))
@@ -259,7 +266,7 @@ class _Pending:
 class _ForkServer:
     """The connection to one template process (see :mod:`fiber.backend.local.forkserver`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, job_modules: Sequence[str] = ()) -> None:
         from fiber.backend.local import forkserver
 
         self._proto = forkserver
@@ -276,7 +283,9 @@ class _ForkServer:
         finally:
             theirs.close()
         # what the template can do once for all jobs (see its module)
-        forkserver.send_message(self._sock, ("preload", *forkserver.preload_plan()))
+        names, sources = forkserver.preload_plan()
+        names.extend(forkserver.module_files(job_modules))
+        forkserver.send_message(self._sock, ("preload", names, sources))
         self.dead = False
         self._lock = threading.Lock()
         self._keys = itertools.count()

@@ -159,6 +159,22 @@ def _stale_bytecode(source: str) -> bool:
         return True
 
 
+def module_files(modules: Sequence[str]) -> list[tuple[str, str]]:
+    """``[(name, file)]`` of ``modules`` as this process would import them (the jobs'
+    own module, for the template to import before its first fork)."""
+    import importlib.util
+
+    found = []
+    for name in modules:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            continue
+        if spec is not None and spec.origin:
+            found.append((name, spec.origin))
+    return found
+
+
 def preload_plan(
     modules: Mapping[str, types.ModuleType] | None = None,
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
