@@ -45,6 +45,9 @@ def test_third_party_plugin_is_discovered(run_script):
         listing = subprocess.run([sys.executable, "-m", "fiber.cli", "backends"],
                                  capture_output=True, text=True, check=True)
         assert "example  fiber-example-backend 0.0.1" in listing.stdout
+        version = subprocess.run([sys.executable, "-m", "fiber", "--version"],
+                                 capture_output=True, text=True, check=True)
+        assert "fiber-example-backend 0.0.1 (backend example)" in version.stdout.splitlines()
         result = run_script(
             """
             import os

@@ -207,7 +207,8 @@ def parser() -> argparse.ArgumentParser:
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
     top.add_argument("--version", action=_Version,
                      help="show the versions of fiber-core and of the installed plugins")
-    sub = top.add_subparsers(dest="command_name", title="commands", metavar="COMMAND")
+    sub = top.add_subparsers(dest="command_name", title="commands", metavar="COMMAND",
+                             help="what to do (fiber COMMAND --help says more)")
     sub.add_parser("backends", help="list the installed backends and their packages",
                    description="List the installed backends, each with the package "
                    "that provides it.").set_defaults(func=_cmd_backends)
