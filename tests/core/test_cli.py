@@ -106,19 +106,24 @@ def test_version_names_core_and_plugins():
     assert len(lines) == 1 + len(plugins)
 
 
-def test_run_returns_when_the_job_ends():
+def test_run_returns_when_the_job_ends(tmp_path):
     """The job's end is known at once on the local backend and its log is complete
-    then: no fixed wait after it (it used to be 2 s)."""
+    then: no fixed wait after it (it used to be 2 s). It leaves no log behind."""
+    import os
     import time
 
     times = []
     for _ in range(3):
         start = time.monotonic()
-        out = fiber_cli("run", "--", sys.executable, "-c", "print('done')")
+        out = fiber_cli("run", "--", sys.executable, "-c", "print('done')",
+                        env={**os.environ, "TMPDIR": str(tmp_path)})
         times.append(time.monotonic() - start)
         assert out.returncode == 0 and out.stdout == "done\n", out.stderr
     # best of three: a loaded machine may slow one; the interpreter starts twice
     assert min(times) < 1.0, times
+    uid = os.getuid()
+    assert [p.name for p in tmp_path.iterdir()] == [f"fiber-local-jobs-{uid}"]
+    assert list((tmp_path / f"fiber-local-jobs-{uid}").iterdir()) == []
 
 
 def _wait_for(predicate, timeout=60.0, what="the condition"):

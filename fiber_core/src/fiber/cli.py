@@ -262,6 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fiber: {exc}", file=sys.stderr)
             return 1
         raise
+    finally:
+        # close the backend this command used (the local one removes its log directory)
+        registry.reset_instances()
 
 
 if __name__ == "__main__":
