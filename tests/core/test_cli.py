@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 
@@ -35,7 +36,6 @@ def test_run_errors_are_messages():
 
 def test_run_ctrl_c_terminates_the_job(tmp_path):
     import os
-    import signal
     import time
 
     marker = tmp_path / "child.pid"
@@ -223,7 +223,12 @@ def test_jobs_and_clean_see_the_jobs_of_other_processes(tmp_path):
         assert program.wait(60) == 0
         assert _wait_for(lambda: _listed(pool_run) == {}, what="the pool's jobs to go")
     finally:
-        for proc in (program, runner):
+        # Ctrl-C makes fiber run end its job; the program's workers end with it
+        for proc, first in ((runner, signal.SIGINT), (program, signal.SIGTERM)):
             if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+                proc.send_signal(first)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
