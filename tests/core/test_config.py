@@ -66,3 +66,62 @@ def test_backend_selected_by_environment(monkeypatch, fresh_config):
 
     with pytest.raises(registry.BackendNotFoundError, match="example-missing"):
         fiber.Process(target=print).start()
+
+
+# -- the edges a new user meets: each a ConfigError that names the file or variable
+def test_config_file_variable_must_name_a_file(tmp_path, monkeypatch, fresh_config):
+    missing = tmp_path / "nonexistent"
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(missing))
+    with pytest.raises(ConfigError, match=f"FIBER_CONFIG_FILE names {missing}, which does "
+                       "not exist: create it .* or unset FIBER_CONFIG_FILE"):
+        config.load()
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(tmp_path))
+    with pytest.raises(ConfigError, match=f"FIBER_CONFIG_FILE names {tmp_path}, which is a "
+                       "directory: name a file"):
+        config.load()
+    monkeypatch.setenv("FIBER_CONFIG_FILE", "")  # empty: as if unset
+    monkeypatch.delenv("FIBER_BACKEND", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./.fiberconfig
+    monkeypatch.setenv("HOME", str(tmp_path))  # nor ~/.fiberconfig
+    assert config.load().sources["backend"] == "default"
+
+
+def test_config_file_that_is_not_utf8_is_named(tmp_path, monkeypatch, fresh_config):
+    latin = tmp_path / ".fiberconfig"
+    latin.write_bytes("[default]\nimage = caf\u00e9\n".encode("latin-1"))
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(latin))
+    with pytest.raises(ConfigError, match=f"cannot read {latin}: it is not UTF-8 text "
+                       r"\(byte 0xe9 at offset 21\); save it as UTF-8"):
+        config.load()
+    latin.write_text("[default]\nimage = caf\u00e9\n", encoding="utf-8")
+    assert config.load().image == "caf\u00e9"
+
+
+def test_config_file_found_in_working_directory_not_utf8(tmp_path, monkeypatch,
+                                                          fresh_config):
+    monkeypatch.delenv("FIBER_CONFIG_FILE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".fiberconfig").write_bytes(b"[default]\nimage = \xff\n")
+    with pytest.raises(ConfigError, match=r"\.fiberconfig: it is not UTF-8 text"):
+        config.load()
+
+
+def test_empty_variable_is_unset(monkeypatch, fresh_config):
+    monkeypatch.setenv("FIBER_BACKEND", "")
+    monkeypatch.setenv("FIBER_CPU", "")
+    cfg = config.load()
+    assert (cfg.backend, cfg.sources["backend"]) == ("local", "default")
+    assert (cfg.cpu, cfg.sources["cpu"]) == (None, "default")
+    monkeypatch.setenv("FIBER_NO_SUCH_THING", "")  # still a typo worth reporting
+    with pytest.raises(ConfigError, match="FIBER_NO_SUCH_THING"):
+        config.load()
+
+
+def test_file_values_may_be_quoted(tmp_path, monkeypatch, fresh_config):
+    cfgfile = tmp_path / "fiberconfig"
+    cfgfile.write_text("[default]\nbackend = \"local\"\nimage = 'my image'\nmemory =\n")
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(cfgfile))
+    monkeypatch.delenv("FIBER_BACKEND", raising=False)
+    cfg = config.load()
+    assert (cfg.backend, cfg.image, cfg.memory) == ("local", "my image", None)
+    assert cfg.sources["backend"] == str(cfgfile) and cfg.sources["memory"] == "default"

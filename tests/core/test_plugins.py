@@ -25,8 +25,17 @@ def test_local_backend_registers_through_the_hooks():
 def test_missing_backend_names_its_package(name, package):
     if name in registry.backends():
         pytest.skip(f"{package} is installed here")
-    with pytest.raises(registry.BackendNotFoundError, match=f"pip install {package}"):
+    with pytest.raises(registry.BackendNotFoundError) as err:
         registry.get_backend(name, {})
+    # what works today (a clone) and what will once the package is on PyPI
+    assert f"`pip install ./plugins/{package}`" in str(err.value)
+    assert f"`python -m build plugins/{package}`" in str(err.value)
+    assert f"once {package} is on PyPI, `pip install {package}`" in str(err.value)
+
+
+def test_quoted_backend_name_gets_a_hint():
+    with pytest.raises(registry.BackendNotFoundError, match="drop the quotes: 'local'"):
+        registry.get_backend('"local"', {})
 
 
 def test_third_party_plugin_is_discovered(run_script):
@@ -36,6 +45,9 @@ def test_third_party_plugin_is_discovered(run_script):
         listing = subprocess.run([sys.executable, "-m", "fiber.cli", "backends"],
                                  capture_output=True, text=True, check=True)
         assert "example  fiber-example-backend 0.0.1" in listing.stdout
+        version = subprocess.run([sys.executable, "-m", "fiber", "--version"],
+                                 capture_output=True, text=True, check=True)
+        assert "fiber-example-backend 0.0.1 (backend example)" in version.stdout.splitlines()
         result = run_script(
             """
             import os

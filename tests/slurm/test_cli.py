@@ -47,7 +47,8 @@ def test_fiber_jobs_and_clean(backend, run_id, squeue_live):
         # end the job first; either way it was SIGKILLed
         assert final.state in (JobState.CANCELLED, JobState.FAILED) and final.exitcode == -9
         assert squeue_live(f"fiber-{run_id}") == []
-        assert fiber_cli("jobs", "--run", run_id).stdout.strip() == ""
+        assert fiber_cli("jobs", "--run", run_id).stdout == (
+            f"no fiber jobs of run {run_id} on the slurm backend\n")
     finally:
         backend.terminate(job, force=True)
         backend.release(job)

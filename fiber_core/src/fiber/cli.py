@@ -1,11 +1,14 @@
-"""The ``fiber`` command line.
+"""The ``fiber`` command line (``python -m fiber`` is the same program).
 
 ``fiber backends``       installed backends, with the plugin packages providing them
 ``fiber config``         effective settings and where each comes from
 ``fiber run -- CMD ...`` run CMD itself as a job on the selected backend, stream its
                          output, exit with its exit code; Ctrl-C terminates the job
-``fiber jobs``           jobs of the selected backend that carry fiber's labels
+``fiber jobs``           fiber's jobs on the selected backend, whichever process made them
 ``fiber clean``          terminate and remove them (``--run ID`` for one run only)
+``fiber --version``      the versions of fiber-core and of the installed plugins
+
+With no command it prints its help.
 """
 
 from __future__ import annotations
@@ -16,12 +19,53 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
+from fiber._version import __version__
 from fiber.backend import Backend, Job, JobSpec, JobState, registry
 from fiber.errors import BackendError, BackendNotFoundError, ConfigError
 from fiber.runtime import config
+
+DESCRIPTION = """\
+Run programs as fiber jobs and look after their jobs. A fiber program's processes
+run as jobs on the backend its backend setting selects (FIBER_BACKEND, a
+.fiberconfig file or fiber.init(); local by default); `fiber config` shows every
+setting, `fiber COMMAND --help` what a command does."""
+
+EPILOG = """examples:
+  fiber run -- python main.py                 run main.py as a job (local backend)
+  fiber run --backend docker --image img -- python main.py
+  fiber jobs                                  fiber's jobs on the selected backend
+  fiber clean --run 3f2a9c0d1e4b              end the jobs of one run
+"""
+
+
+def versions() -> list[str]:
+    """``package version`` of fiber-core and of every installed plugin, with the
+    backends each provides."""
+    lines = [f"fiber-core {__version__} (Python {sys.version.split()[0]})"]
+    provided: dict[tuple[str, str], list[str]] = {}
+    for name, info in sorted(registry.backends().items()):
+        if info.package != "fiber-core":
+            provided.setdefault((info.package, info.version), []).append(name)
+    for (package, version), names in sorted(provided.items()):
+        lines.append(f"{package} {version} (backend {', '.join(names)})")
+    return lines
+
+
+class _Version(argparse.Action):
+    """``--version``: the plugins are looked up only when it is asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str = argparse.SUPPRESS,
+                 **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        print("\n".join(versions()))
+        parser.exit()
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
@@ -47,6 +91,16 @@ def _settings(args: argparse.Namespace) -> dict[str, Any]:
     chosen = {k: getattr(args, k) for k in ("backend", "cpu", "memory", "gpu", "image")
               if getattr(args, k, None) is not None}
     return config.init(**chosen).as_dict() if chosen else config.get_config().as_dict()
+
+
+def _show_new_output(backend: Backend, job: Job, shown: int) -> int:
+    """Print what the job's log has beyond its first ``shown`` characters; returns the
+    new length."""
+    logs = backend.logs(job)
+    if len(logs) > shown:
+        sys.stdout.write(logs[shown:])
+        sys.stdout.flush()
+    return max(shown, len(logs))
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -80,24 +134,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGINT, stop)
     shown = 0
     try:
-        while True:
+        status = None
+        while status is None:
             status = backend.wait(job, 0.2)
-            logs = backend.logs(job)
-            if len(logs) > shown:
-                sys.stdout.write(logs[shown:])
-                sys.stdout.flush()
-                shown = len(logs)
-            if status is not None:
-                break
-        # the last lines may reach the cluster's log store a moment later
-        deadline = time.monotonic() + 2
-        while time.monotonic() < deadline:
-            logs = backend.logs(job)
-            if len(logs) > shown:
-                sys.stdout.write(logs[shown:])
-                shown = len(logs)
-                continue
-            time.sleep(0.1)
+            shown = _show_new_output(backend, job, shown)
+        # the end is known; a backend whose log store lags gets until its output has
+        # not grown for logs_lag seconds (the local backend's log is complete: 0)
+        quiet_since = time.monotonic()
+        while time.monotonic() - quiet_since < backend.logs_lag:
+            time.sleep(min(0.1, backend.logs_lag))
+            grown = _show_new_output(backend, job, shown)
+            if grown > shown:
+                shown, quiet_since = grown, time.monotonic()
     finally:
         signal.signal(signal.SIGINT, previous)
         backend.release(job)
@@ -112,12 +160,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _matching_jobs(args: argparse.Namespace) -> tuple[Backend, list[Job]]:
     settings = _settings(args)
     backend = registry.get_backend(settings["backend"], settings)
+    if type(backend).list_jobs is Backend.list_jobs or not backend.lists_others_jobs:
+        raise BackendError(
+            f"the {backend.name} backend cannot list the jobs that other processes "
+            f"created, so `fiber {args.command_name}` cannot see them; use the "
+            "cluster's own tools")
     labels = {"fiber.run": args.run} if args.run else {}
     return backend, [j for j in backend.list_jobs(labels) if "fiber.run" in j.spec.labels]
 
 
+def _none_found(backend: Backend, args: argparse.Namespace) -> str:
+    which = f" of run {args.run}" if args.run else ""
+    return f"no fiber jobs{which} on the {backend.name} backend"
+
+
 def _cmd_jobs(args: argparse.Namespace) -> int:
     backend, jobs = _matching_jobs(args)
+    if not jobs:
+        print(_none_found(backend, args))
     for job in jobs:
         status = backend.status(job)
         print(f"{job.id}  {status.state.value:<9}  run={job.spec.labels.get('fiber.run')}  "
@@ -127,46 +187,84 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
 
 def _cmd_clean(args: argparse.Namespace) -> int:
     backend, jobs = _matching_jobs(args)
+    if not jobs:
+        print(_none_found(backend, args) + ": nothing to clean")
+    failed = 0
     for job in jobs:
         backend.terminate(job, force=True)
-        backend.wait(job, 30)
+        if backend.wait(job, 30) is None:
+            print(f"fiber clean: job {job.id} has not ended 30 s after it was killed",
+                  file=sys.stderr)
+            failed += 1
+            continue
         backend.release(job)
         print(f"removed {job.id}")
-    return 0
+    return 1 if failed else 0
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="fiber", description=__doc__.split("\n\n")[0])
-    sub = top.add_subparsers(dest="command_name", required=True)
-    sub.add_parser("backends", help="list installed backends").set_defaults(func=_cmd_backends)
-    sub.add_parser("config", help="show effective settings").set_defaults(func=_cmd_config)
-    run = sub.add_parser("run", help="run a command as a job on the backend")
-    for p in (run,):
-        p.add_argument("--backend")
-        p.add_argument("--image")
-        p.add_argument("--cpu", type=float)
-        p.add_argument("--memory")
-        p.add_argument("--gpu", type=int)
-    run.add_argument("command", nargs=argparse.REMAINDER)
+    top = argparse.ArgumentParser(prog="fiber", description=DESCRIPTION, epilog=EPILOG,
+                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    top.add_argument("--version", action=_Version,
+                     help="show the versions of fiber-core and of the installed plugins")
+    sub = top.add_subparsers(dest="command_name", title="commands", metavar="COMMAND",
+                             help="what to do (fiber COMMAND --help says more)")
+    sub.add_parser("backends", help="list the installed backends and their packages",
+                   description="List the installed backends, each with the package "
+                   "that provides it.").set_defaults(func=_cmd_backends)
+    sub.add_parser("config", help="show the effective settings and their sources",
+                   description="Show every setting: its value, where the value comes "
+                   "from (code, environment, a .fiberconfig file or the default), its "
+                   "environment variable and what it means.").set_defaults(func=_cmd_config)
+    run = sub.add_parser(
+        "run", help="run a command as a job on the backend",
+        usage="fiber run [options] -- COMMAND [ARG ...]",
+        description="Run COMMAND itself as a job on the backend (the program's main "
+        "process included), print its output, and exit with its exit code. Ctrl-C "
+        "terminates the job. The options override the settings of the same names.")
+    run.add_argument("--backend", metavar="NAME",
+                     help="backend to run the job on (default: the backend setting)")
+    run.add_argument("--image", help="container image of the job (container backends)")
+    run.add_argument("--cpu", type=float, help="cores to request for the job")
+    run.add_argument("--memory", help="memory to request for the job: MiB, or 4G, 512M")
+    run.add_argument("--gpu", type=int, help="GPUs to request for the job")
+    run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
+                     help="the command and its arguments, after --")
     run.set_defaults(func=_cmd_run)
-    for name, func, text in (("jobs", _cmd_jobs, "list fiber's jobs on the backend"),
-                             ("clean", _cmd_clean, "terminate and remove fiber's jobs")):
-        p = sub.add_parser(name, help=text)
-        p.add_argument("--backend")
-        p.add_argument("--run", help="only the jobs of this run id")
+    for name, func, text, more in (
+            ("jobs", _cmd_jobs, "list fiber's jobs on the backend",
+             "List fiber's jobs on the backend, whichever process created them: id, "
+             "state, run id and name."),
+            ("clean", _cmd_clean, "terminate and remove fiber's jobs on the backend",
+             "Kill fiber's jobs on the backend, whichever process created them, and "
+             "remove what the cluster keeps of them. A program whose jobs are killed "
+             "sees them die (a Pool replaces its workers).")):
+        p = sub.add_parser(name, help=text, description=more)
+        p.add_argument("--backend", metavar="NAME",
+                       help="backend to look at (default: the backend setting)")
+        p.add_argument("--run", metavar="ID",
+                       help="only the jobs of this run (the run= column of fiber jobs)")
         p.set_defaults(func=func)
     return top
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    top = parser()
+    args = top.parse_args(argv)
+    if args.command_name is None:
+        top.print_help()
+        return 0
     try:
-        return args.func(args)
+        result: int = args.func(args)
+        return result
     except Exception as exc:  # noqa: BLE001 - a CLI reports errors as messages
         if isinstance(exc, (BackendError, BackendNotFoundError, ConfigError)):
             print(f"fiber: {exc}", file=sys.stderr)
             return 1
         raise
+    finally:
+        # close the backend this command used (the local one removes its log directory)
+        registry.reset_instances()
 
 
 if __name__ == "__main__":

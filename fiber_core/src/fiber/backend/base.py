@@ -35,6 +35,14 @@ class Backend(abc.ABC):
     name: str = ""
     #: seconds between two status polls of the core's job monitor for this backend
     poll_interval: float = 1.0
+    #: seconds a job's last output may take to reach :meth:`logs` after its end is
+    #: known (a cluster's log store); ``fiber run`` reads the logs until they have not
+    #: grown for that long. 0 for a backend whose logs are complete when the job ends.
+    logs_lag: float = 2.0
+    #: whether :meth:`list_jobs` finds the jobs that other processes created (what the
+    #: CLI's ``fiber jobs`` and ``fiber clean`` need); False when it knows only this
+    #: instance's jobs, and then the CLI says it cannot list them
+    lists_others_jobs: bool = True
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = options
@@ -105,8 +113,12 @@ class Backend(abc.ABC):
 
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
         """The jobs on the cluster whose labels include ``labels`` (for the CLI's
-        ``fiber jobs`` and ``fiber clean``). Backends that cannot find jobs by label
-        return only the jobs this instance created."""
+        ``fiber jobs`` and ``fiber clean``, which call it in a process of their own:
+        the jobs must be found on the cluster, not in this instance's memory, and
+        :meth:`status`, :meth:`terminate` and :meth:`release` must work on the jobs it
+        returns). A backend that does not override it, or whose
+        :attr:`lists_others_jobs` is False, cannot list them for the CLI, which says
+        so."""
         return []
 
     def close(self) -> None:

@@ -22,14 +22,15 @@ from fiber.backend.options import ConfigOption
 from fiber.errors import BackendNotFoundError
 
 __all__ = ["BackendInfo", "BackendNotFoundError", "backends", "config_options",
-           "get_backend", "plugin_manager", "reset", "reset_instances"]
+           "get_backend", "install_hint", "plugin_manager", "reset", "reset_instances"]
 
 logger = logging.getLogger("fiber")
 
 ENTRY_POINT_GROUP = "fiber"
 
 # For the error message only: which pip package provides a backend that is not
-# installed (the fsspec way of saying "install X to use Y").
+# installed (the fsspec way of saying "install X to use Y"). Each is built from
+# plugins/<package> of fiber's repository; the packages are not on PyPI yet.
 KNOWN_BACKEND_PACKAGES = {
     "docker": "fiber-docker",
     "ssh": "fiber-ssh",
@@ -114,12 +115,7 @@ def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
         info = backends().get(name)
         if info is None:
             installed = ", ".join(sorted(backends())) or "none"
-            package = KNOWN_BACKEND_PACKAGES.get(name)
-            hint = (
-                f"install it with `pip install {package}`"
-                if package
-                else "install the plugin package that provides it"
-            )
+            hint = install_hint(name)
             raise BackendNotFoundError(
                 f"no installed plugin provides the fiber backend {name!r} "
                 f"(installed backends: {installed}); {hint}"
@@ -130,6 +126,21 @@ def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
         _instances[name] = instance
         logger.debug("backend %s created from %s %s", name, info.package, info.version)
         return instance
+
+
+def install_hint(name: str) -> str:
+    """What to do to get the backend ``name``: the commands that install its package
+    today (from a clone of fiber's repository) and once it is on PyPI."""
+    package = KNOWN_BACKEND_PACKAGES.get(name)
+    if package is None:
+        hint = "install the plugin package that provides it"
+        if len(name) >= 2 and name[0] == name[-1] and name[0] in "'\"":
+            hint += f" (or drop the quotes: {name[1:-1]!r})"
+        return hint
+    return (f"install it from a clone of fiber's repository with "
+            f"`pip install ./plugins/{package}` (or from a wheel built there with "
+            f"`python -m build plugins/{package}`); once {package} is on PyPI, "
+            f"`pip install {package}`")
 
 
 def reset_instances() -> None:

@@ -5,6 +5,12 @@ Precedence: ``fiber.init(key=value)`` in code, then the environment variable
 the working directory beats the one in the home directory, and ``FIBER_CONFIG_FILE``
 names another), then the option's default. Unknown keys and bad values raise
 :class:`fiber.errors.ConfigError` naming the key, the value and where it came from.
+
+An empty value (``FIBER_BACKEND=``, or ``backend =`` in a file) is the same as not
+setting it. In a file, one pair of quotes around a value is removed (``backend =
+"local"`` is ``local``), as users of TOML and shell files write them. A file named by
+``FIBER_CONFIG_FILE`` must exist; a file that cannot be read or is not UTF-8 text is a
+``ConfigError`` naming it.
 """
 
 from __future__ import annotations
@@ -103,20 +109,45 @@ def config_files() -> list[Path]:
     """The ``.fiberconfig`` files read, lowest precedence first."""
     explicit = os.environ.get("FIBER_CONFIG_FILE")
     if explicit:
-        return [Path(explicit)]
+        path = Path(explicit)
+        if not path.exists():
+            raise ConfigError(
+                f"FIBER_CONFIG_FILE names {explicit}, which does not exist: create it "
+                "(settings under a [default] section) or unset FIBER_CONFIG_FILE")
+        if path.is_dir():
+            raise ConfigError(
+                f"FIBER_CONFIG_FILE names {explicit}, which is a directory: name a file "
+                f"(such as {path / '.fiberconfig'}) or unset FIBER_CONFIG_FILE")
+        return [path]
     candidates = [Path.home() / ".fiberconfig", Path.cwd() / ".fiberconfig"]
     return [path for path in candidates if path.is_file()]
 
 
+def _unquoted(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        return value[1:-1]
+    return value
+
+
 def _read_file(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"cannot read {path}: it is not UTF-8 text (byte {exc.object[exc.start]:#04x} "
+            f"at offset {exc.start}); save it as UTF-8") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc.strerror or exc}") from None
     parser = configparser.ConfigParser()
     try:
-        parser.read(path)
+        parser.read_string(text, source=str(path))
     except configparser.Error as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     if not parser.has_section("default") and parser.sections():
         raise ConfigError(f"{path}: put settings under a [default] section")
-    return dict(parser["default"]) if parser.has_section("default") else {}
+    if not parser.has_section("default"):
+        return {}
+    return {key: _unquoted(value.strip()) for key, value in parser["default"].items()}
 
 
 def _unknown(key: str, source: str, options: Mapping[str, ConfigOption]) -> ConfigError:
@@ -142,6 +173,8 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
         for key, raw in _read_file(path).items():
             if key not in options:
                 raise _unknown(key, str(path), options)
+            if not raw:
+                continue  # empty: as if not set
             cfg.values[key] = options[key].convert(raw, str(path))
             cfg.sources[key] = str(path)
     for var, raw in os.environ.items():
@@ -150,6 +183,8 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
         key = var[len(ENV_PREFIX):].lower()
         if key not in options:
             raise _unknown(key, f"environment variable {var}", options)
+        if not raw:
+            continue  # FIBER_X= is the same as unset
         cfg.values[key] = options[key].convert(raw, f"environment variable {var}")
         cfg.sources[key] = "environment"
     for key, raw in (code_settings or {}).items():

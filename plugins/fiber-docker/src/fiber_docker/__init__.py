@@ -1,7 +1,8 @@
 """fiber-docker: the ``docker`` backend of fiber.
 
 Every fiber process is a container on a Docker engine (see :mod:`fiber_docker.backend`).
-Install it next to fiber-core (``pip install fiber-core fiber-docker``) and select it with
+Install it next to fiber-core (from a clone of fiber's repository:
+``pip install ./fiber_core ./plugins/fiber-docker``) and select it with
 ``FIBER_BACKEND=docker``; its settings are declared in :mod:`fiber_docker.plugin`.
 
 Every fiber process loads the plugin's entry point (:mod:`fiber_docker.plugin`), and so
@@ -13,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["DockerBackend"]
-__version__ = "0.1.0"
+from fiber_docker._version import __version__
+
+__all__ = ["DockerBackend", "__version__"]
 
 if TYPE_CHECKING:
     from fiber_docker.backend import DockerBackend

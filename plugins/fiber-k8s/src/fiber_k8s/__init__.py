@@ -5,3 +5,7 @@ settings it reads are declared in :mod:`fiber_k8s.plugin`, the backend is
 :class:`fiber_k8s.backend.KubernetesBackend` (imported lazily: the Kubernetes client is
 loaded only when the backend is used).
 """
+
+from fiber_k8s._version import __version__
+
+__all__ = ["__version__"]

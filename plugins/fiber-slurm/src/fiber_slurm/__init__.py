@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__all__ = ["SlurmBackend"]
+from fiber_slurm._version import __version__
+
+__all__ = ["SlurmBackend", "__version__"]
 
 if TYPE_CHECKING:
     from fiber_slurm.backend import SlurmBackend

@@ -7,6 +7,12 @@ stderr go to a log file that :meth:`LocalBackend.logs` reads and
 :meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
 on this backend (they are logged at debug level).
 
+Every job is recorded in a directory private to the user
+(:mod:`fiber.backend.local.records`), so that :meth:`LocalBackend.list_jobs`,
+:meth:`~LocalBackend.terminate` and :meth:`~LocalBackend.release` work from another
+process too (the ``fiber jobs`` and ``fiber clean`` commands); the exit status of a job
+is known only to the process that created it.
+
 Jobs that run a module of fiber itself with this interpreter (``python -m M``: the
 core's job entry point) are forked from a pre-imported template process
 (:mod:`fiber.backend.local.forkserver`) unless the setting ``local_start_method`` is
@@ -28,12 +34,14 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from fiber.backend import Backend, JobCreationError
 from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
+from fiber.backend.local import records
 from fiber.backend.options import ConfigOption
 
 logger = logging.getLogger("fiber")
@@ -43,11 +51,38 @@ logger = logging.getLogger("fiber")
 _OWN_PACKAGE = __name__.split(".")[0] + "."
 
 
+class _Proc(Protocol):
+    """What the backend uses of a job's process: a Popen, a job forked by the template
+    (:class:`_ForkedChild`) or a job of another process (:class:`_OtherProcess`)."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+
+class _Handle:
+    """``Job.handle`` of a local job: its process, its log file and its record's start
+    time (None when it was not recorded)."""
+
+    __slots__ = ("proc", "log_path", "recorded", "cancelled")
+
+    def __init__(self, proc: _Proc, log_path: str, recorded: int | None) -> None:
+        self.proc = proc
+        self.log_path = log_path
+        self.recorded = recorded
+        self.cancelled = False
+
+
 class LocalBackend(Backend):
     """Jobs as subprocesses of this process."""
 
     name = "local"
     poll_interval = 0.2
+    logs_lag = 0.0  # a job's log file is complete when its process has ended
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -107,12 +142,7 @@ class LocalBackend(Backend):
         if module is not None:
             with self._lock:
                 self._job_modules.add(module)  # a template started later imports it first
-            child = self._forked(module, env, spec.cwd, log_path)
-            job = Job(id=str(child.pid), backend=self.name, spec=spec, host="localhost",
-                      handle=(child, log_path))
-            with self._lock:
-                self._jobs[job.id] = job
-            return job
+            return self._add(spec, self._forked(module, env, spec.cwd, log_path), log_path)
         try:
             with open(log_path, "wb") as log:
                 popen = subprocess.Popen(
@@ -129,8 +159,12 @@ class LocalBackend(Backend):
             raise JobCreationError(
                 f"cannot start {spec.command[0]!r} for job {spec.name}: {exc.strerror or exc}"
             ) from exc
-        job = Job(id=str(popen.pid), backend=self.name, spec=spec, host="localhost",
-                  handle=(popen, log_path))
+        return self._add(spec, popen, log_path)
+
+    def _add(self, spec: JobSpec, proc: _Proc, log_path: str) -> Job:
+        recorded = records.write(proc.pid, spec.name, spec.labels, log_path)
+        job = Job(id=str(proc.pid), backend=self.name, spec=spec, host="localhost",
+                  handle=_Handle(proc, log_path, recorded))
         with self._lock:
             self._jobs[job.id] = job
         return job
@@ -152,55 +186,82 @@ class LocalBackend(Backend):
         return JobStatus(JobState.FAILED, returncode, reason)
 
     def status(self, job: Job) -> JobStatus:
-        popen, _ = job.handle
-        return self._to_status(popen.poll(), getattr(popen, "_fiber_cancelled", False))
+        handle: _Handle = job.handle
+        code = handle.proc.poll()
+        if isinstance(handle.proc, _OtherProcess) and code is not None:
+            # ended; its exit status went to the process that created it
+            if handle.cancelled:
+                return JobStatus(JobState.CANCELLED, code)
+            return JobStatus(JobState.LOST, None, "ended")
+        return self._to_status(code, handle.cancelled)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:
         return {job.id: self.status(job) for job in jobs}
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
-        popen, _ = job.handle
         try:
-            popen.wait(timeout)
+            job.handle.proc.wait(timeout)
         except subprocess.TimeoutExpired:
             return None
         return self.status(job)
 
     def terminate(self, job: Job, force: bool = False) -> None:
-        popen, _ = job.handle
-        if popen.poll() is not None:
+        handle: _Handle = job.handle
+        proc = handle.proc
+        if proc.poll() is not None:
             return
-        popen._fiber_cancelled = True
+        handle.cancelled = True
         sig = signal.SIGKILL if force else signal.SIGTERM
+        if isinstance(proc, _OtherProcess):
+            proc.sent = sig
         try:
-            os.killpg(popen.pid, sig)
+            os.killpg(proc.pid, sig)
         except (ProcessLookupError, PermissionError):
             # no group (yet: a just-forked job makes its own session first thing)
-            popen.send_signal(sig)
+            proc.send_signal(sig)
 
     def logs(self, job: Job) -> str:
-        _, log_path = job.handle
         try:
-            with open(log_path, "rb") as log:
+            with open(job.handle.log_path, "rb") as log:
                 return log.read().decode("utf-8", "replace")
         except FileNotFoundError:
             return ""
 
     def release(self, job: Job) -> None:
-        popen, log_path = job.handle
-        if popen.poll() is None:
+        handle: _Handle = job.handle
+        if handle.proc.poll() is None:
             return
         with self._lock:
             self._jobs.pop(job.id, None)
+        if handle.recorded is not None:
+            records.remove(handle.proc.pid, handle.recorded)
+        if isinstance(handle.proc, _OtherProcess) and handle.proc.record.owner_alive():
+            return  # its creator reads the log and removes it
         try:
-            os.unlink(log_path)
+            os.unlink(handle.log_path)
         except FileNotFoundError:
             pass
+        if isinstance(handle.proc, _OtherProcess):
+            try:  # the log directory of a creator that is gone, once empty
+                os.rmdir(os.path.dirname(handle.log_path))
+            except OSError:
+                pass
 
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
+        """This user's local jobs whose labels include ``labels``: the ones this
+        instance created, and the running ones that other processes created."""
         with self._lock:
-            jobs = list(self._jobs.values())
-        return [j for j in jobs if all(j.spec.labels.get(k) == v for k, v in labels.items())]
+            found = dict(self._jobs)
+        for record in records.read_all():
+            job_id = str(record.pid)
+            if job_id in found and found[job_id].handle.recorded == record.started:
+                continue
+            spec = JobSpec(command=[], name=record.name, labels=record.labels)
+            found[job_id] = Job(id=job_id, backend=self.name, spec=spec, host="localhost",
+                                handle=_Handle(_OtherProcess(record), record.log,
+                                               record.started))
+        return [j for j in found.values()
+                if all(j.spec.labels.get(k) == v for k, v in labels.items())]
 
     def close(self) -> None:
         with self._lock:
@@ -208,13 +269,48 @@ class LocalBackend(Backend):
             logdir, self._logdir = self._logdir, None
         for job in jobs:
             self.terminate(job, force=True)
-            job.handle[0].wait()
+            job.handle.proc.wait()
+            if job.handle.recorded is not None:
+                records.remove(job.handle.proc.pid, job.handle.recorded)
         with self._lock:
             server, self._forkserver = self._forkserver, None
         if server is not None:
             server.close()
         if logdir:
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+class _OtherProcess:
+    """A job that another process created, found by its record, with the parts of
+    Popen's interface the backend uses. Its exit status goes to its creator: here
+    ``poll()`` says only that it ended (the negative signal this process sent it, or 0)."""
+
+    def __init__(self, record: records.Record) -> None:
+        self.pid = record.pid
+        self.record = record
+        self.sent: int | None = None
+
+    def poll(self) -> int | None:
+        if self.record.alive():
+            return None
+        return -self.sent if self.sent else 0
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            code = self.poll()
+            if code is not None:
+                return code
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"job {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+
+    def send_signal(self, sig: int) -> None:
+        if self.record.alive():
+            try:
+                os.kill(self.pid, sig)
+            except ProcessLookupError:
+                pass
 
 
 class _ForkedChild:

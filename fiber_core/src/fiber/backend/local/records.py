@@ -1,0 +1,167 @@
+"""Records of the local backend's jobs, so that another process of the same user (the
+``fiber jobs`` and ``fiber clean`` commands) can find and end them.
+
+A local job is an ordinary process of this machine, and only the process that created
+it holds its ``Popen``. Its environment cannot name it either: a job forked from the
+template keeps the template's environment in ``/proc/<pid>/environ``, whatever it sets
+in ``os.environ``. So the backend writes, for every job it creates, a small JSON file
+``<pid>-<start time>.json`` into a directory private to the user, ``<temp dir>/fiber-local-jobs-<uid>``
+(mode 0700; a directory of that name that another user owns or can write to is not
+used): the job's pid and start time (so that a reused pid is not taken for the job),
+its name, labels and log file, and the pid and start time of its creator. Releasing the
+job deletes the file; whoever lists the jobs deletes the files of processes that are
+gone (a creator that was killed never released its jobs).
+
+A local job is the leader of its own session and process group (the backend starts it
+so), so terminating it by its pid reaches what it started, from any process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import stat
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+logger = logging.getLogger("fiber")
+
+_warned = False
+
+
+def directory() -> str:
+    """The directory of this user's records (it may not exist yet)."""
+    return os.path.join(tempfile.gettempdir(), f"fiber-local-jobs-{os.getuid()}")
+
+
+def _private_directory(create: bool) -> str | None:
+    """The records directory, made if ``create``; None when it is missing or is not
+    private to this user (then nothing is recorded or read: the records name processes
+    to signal, so nobody else may write them)."""
+    global _warned
+    path = directory()
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            logger.debug("cannot create %s: %s", path, exc)
+            return None
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+        if not _warned:
+            _warned = True
+            logger.warning("%s is not a directory private to this user: the local backend "
+                           "does not record its jobs there, so `fiber jobs` and `fiber clean` "
+                           "cannot see them (remove it)", path)
+        return None
+    return path
+
+
+def start_time(pid: int) -> int | None:
+    """When the process ``pid`` started (clock ticks since boot), or None when it does
+    not exist or has ended (a zombie: only its parent's wait is left). On systems
+    without ``/proc``: 0 for a process that exists."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
+    # fields[0] is the state (field 3 of proc(5)), fields[19] the start time (field 22)
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
+
+
+@dataclass(frozen=True)
+class Record:
+    """One job as its record describes it."""
+
+    pid: int
+    started: int
+    name: str
+    labels: dict[str, str]
+    log: str
+    owner: int
+    owner_started: int | None
+
+    def alive(self) -> bool:
+        """Whether the job's process is still running (and is the same process)."""
+        return start_time(self.pid) == self.started
+
+    def owner_alive(self) -> bool:
+        return self.owner_started is not None and start_time(self.owner) == self.owner_started
+
+
+def _file(pid: int, started: int) -> str:
+    return os.path.join(directory(), f"{pid}-{started}.json")
+
+
+def write(pid: int, name: str, labels: Mapping[str, str], log: str) -> int | None:
+    """Record the job ``pid`` that this process has just created; returns its start
+    time (what :func:`remove` needs), None when it was not recorded."""
+    path = _private_directory(create=True)
+    started = start_time(pid)
+    if path is None or started is None:
+        return None  # no private directory, or the job has ended already
+    data = {"pid": pid, "started": started, "name": name, "labels": dict(labels),
+            "log": log, "owner": os.getpid(), "owner_started": start_time(os.getpid())}
+    final = _file(pid, started)
+    partial = final + ".partial"
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(partial, final)  # readers see the whole record or none
+    except OSError as exc:
+        logger.debug("cannot record local job %s: %s", pid, exc)
+        return None
+    return started
+
+
+def remove(pid: int, started: int) -> None:
+    """Forget the job ``pid`` that started at ``started``."""
+    try:
+        os.unlink(_file(pid, started))
+    except FileNotFoundError:
+        pass
+
+
+def read_all() -> Iterator[Record]:
+    """The recorded jobs that are still running; records of ended ones are deleted."""
+    path = _private_directory(create=False)
+    if path is None:
+        return
+    for entry in os.listdir(path):
+        if not entry.endswith(".json"):
+            continue
+        try:
+            with open(os.path.join(path, entry)) as f:
+                data = json.load(f)
+            record = Record(int(data["pid"]), int(data["started"]), str(data["name"]),
+                            {str(k): str(v) for k, v in data["labels"].items()},
+                            str(data["log"]), int(data["owner"]), data.get("owner_started"))
+        except FileNotFoundError:
+            continue  # released meanwhile
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.debug("ignoring the unreadable record %s: %s", entry, exc)
+            continue
+        if record.alive():
+            yield record
+        else:
+            remove(record.pid, record.started)
