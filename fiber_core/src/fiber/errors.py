@@ -15,7 +15,7 @@ __all__ = [
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "JobCreationError",
     "ProcessError", "ProcessStartError", "RemoteError", "SerializationError",
-    "TimeoutError", "WorkerLostError",
+    "TimeoutError", "TransientBackendError", "WorkerLostError",
 ]
 
 
@@ -71,12 +71,21 @@ class BackendError(RuntimeError):
 
 
 class JobCreationError(BackendError):
-    """The cluster refused or failed to create a job. The message says why and what
-    to do (for example the scheduler's own error text)."""
+    """The cluster refused or failed to create a job, and trying again would not help
+    (a bad request, a missing image, no permission): the core fails at once. The
+    message says why and what to do (for example the scheduler's own error text)."""
 
 
-class ClusterUnreachableError(BackendError):
-    """The cluster manager cannot be reached (no engine, no API server, no host)."""
+class TransientBackendError(BackendError):
+    """The cluster failed for now but may work if asked again (an API server's 500 or
+    429, a scheduler's time-out, a daemon that restarts, a dropped connection): the
+    core retries the call with backoff for up to ``backend_retry_timeout`` seconds
+    before it gives up with this error."""
+
+
+class ClusterUnreachableError(TransientBackendError):
+    """The cluster manager cannot be reached (no engine, no API server, no host).
+    Transient: the core retries as for :class:`TransientBackendError`."""
 
 
 class BackendNotFoundError(LookupError):

@@ -31,11 +31,12 @@ from fiber.errors import (
     ClusterUnreachableError,
     ConfigError,
     JobCreationError,
+    TransientBackendError,
 )
 
 __all__ = [
     "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
     "ConfigOption", "Job", "JobCreationError", "JobSpec", "JobState", "JobStatus",
-    "hookimpl", "parse_bool", "parse_list", "parse_memory", "parse_nonnegative_int",
-    "parse_positive_float", "parse_positive_int",
+    "TransientBackendError", "hookimpl", "parse_bool", "parse_list", "parse_memory",
+    "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
 ]

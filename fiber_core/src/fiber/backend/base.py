@@ -6,6 +6,15 @@ behind it. A backend instance is created once per process per backend name, with
 effective settings (a plain mapping of option name to typed value, see
 :func:`fiber.backend.hookspecs.fiber_config_options`), and must be safe to call from several
 threads at once.
+
+Errors say whether trying again may help. :class:`TransientBackendError` (and its
+subclass :class:`ClusterUnreachableError`) means "not now": the cluster manager is down,
+restarting, overloaded (an HTTP 500 or 429, a scheduler's time-out, a dropped
+connection); the core retries the call with backoff and jitter for up to the
+``backend_retry_timeout`` setting (default 180 s), logging one warning per outage, and
+a pool keeps its size meanwhile. :class:`JobCreationError` means "never": a bad
+request, a missing image, no permission; the core fails at once with its message, so
+that message should say what to do. Any other exception counts as permanent too.
 """
 
 from __future__ import annotations
@@ -16,9 +25,15 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fiber.backend.job import Job, JobSpec, JobStatus
-from fiber.errors import BackendError, ClusterUnreachableError, JobCreationError
+from fiber.errors import (
+    BackendError,
+    ClusterUnreachableError,
+    JobCreationError,
+    TransientBackendError,
+)
 
-__all__ = ["Backend", "BackendError", "ClusterUnreachableError", "JobCreationError"]
+__all__ = ["Backend", "BackendError", "ClusterUnreachableError", "JobCreationError",
+           "TransientBackendError"]
 
 
 class Backend(abc.ABC):
@@ -51,8 +66,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def create_job(self, spec: JobSpec) -> Job:
         """Start ``spec`` on the cluster and return at once (do not wait for it to
-        run). Raise :class:`JobCreationError` or :class:`ClusterUnreachableError`
-        with a message that says what to do."""
+        run). Raise :class:`JobCreationError` when the cluster refuses the job for
+        good, :class:`TransientBackendError` (or :class:`ClusterUnreachableError`)
+        when asking again later may work (the core retries those), with a message
+        that says what to do. A call that raised must not leave a job behind."""
 
     @abc.abstractmethod
     def status(self, job: Job) -> JobStatus:
@@ -68,7 +85,9 @@ class Backend(abc.ABC):
         """Statuses of many jobs, keyed by ``job.id``. The core calls this every
         :attr:`poll_interval` seconds for all live jobs of a run, so a backend whose
         cluster answers for many jobs at once (one ``squeue``, one watch) should
-        override it."""
+        override it. When the cluster cannot answer, raise (any exception): the core
+        keeps the jobs' last known state and polls again later; report
+        :attr:`JobState.LOST` only for a job the cluster says is gone."""
         return {job.id: self.status(job) for job in jobs}
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:

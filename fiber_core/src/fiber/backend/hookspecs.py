@@ -24,7 +24,11 @@ The backend class implements :class:`fiber.backend.Backend` (create_job, status,
 terminate; optionally poll, wait, logs, listen_address, expect_jobs, release,
 list_jobs, close) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
 JobState). The package :mod:`fiber.backend` exports all of them: it is the whole public
-contract, and a plugin never imports anything else from fiber.
+contract, and a plugin never imports anything else from fiber. Its errors tell the core
+what to do: :class:`~fiber.backend.TransientBackendError` (and
+:class:`~fiber.backend.ClusterUnreachableError`) are retried with backoff for up to the
+``backend_retry_timeout`` setting, :class:`~fiber.backend.JobCreationError` fails at
+once (see :mod:`fiber.backend.base`).
 :mod:`fiber.testing.contract` is a test suite every backend runs against itself.
 
 A plugin module is imported by every fiber process that reads its settings, jobs

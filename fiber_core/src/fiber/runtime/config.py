@@ -42,6 +42,14 @@ ENV_PREFIX = "FIBER_"
 INTERNAL_ENV_PREFIX = "_FIBER_"
 NOT_SETTINGS = {"FIBER_CONFIG_FILE"}
 
+
+def _nonnegative_float(text: str | int | float) -> float:
+    value = float(text)
+    if not value >= 0:  # (NaN too)
+        raise ValueError("expected a number >= 0")
+    return value
+
+
 CORE_OPTIONS = [
     ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
     ConfigOption("image", str, None, "container image of jobs (container backends)"),
@@ -64,7 +72,12 @@ CORE_OPTIONS = [
     ConfigOption("max_task_attempts", parse_positive_int, 3,
                  "times a Pool task may lose its worker before it fails"),
     ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),
+    ConfigOption("backend_retry_timeout", _nonnegative_float, 180.0,
+                 "seconds for which a backend's transient errors (an unreachable or "
+                 "overloaded cluster manager) are retried before fiber gives up; 0: "
+                 "fail at once"),
 ]
+
 
 
 @dataclass

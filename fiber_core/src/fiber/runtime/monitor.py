@@ -4,12 +4,21 @@ Every :attr:`Backend.poll_interval` seconds (or at once when woken, e.g. because
 child's connection dropped) it asks the backend for the statuses of all watched jobs in
 one :meth:`Backend.poll` call and calls each finished job's callback once, from the
 monitor's thread.
+
+A poll that fails (the cluster manager is down, overloaded or cut off) is not the end
+of any job: the jobs stay watched with their last known state, and the monitor keeps
+polling, backing off to :data:`LONGEST_OUTAGE_PAUSE` between tries, until the cluster
+answers again. An outage is logged once: a warning when the first poll fails, an info
+line when a poll works again (each failed poll's traceback only at debug level). Jobs
+that end meanwhile are seen at the next poll that works; a job that is connected to its
+parent is also seen to end by its dropped connection, without any poll.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from fiber.backend import Backend
@@ -18,6 +27,9 @@ from fiber.backend.job import Job, JobStatus
 logger = logging.getLogger("fiber")
 
 Callback = Callable[[JobStatus], None]
+
+#: the longest pause between two polls while polls fail, seconds
+LONGEST_OUTAGE_PAUSE = 10.0
 
 
 class JobMonitor:
@@ -44,18 +56,32 @@ class JobMonitor:
 
     def _run(self) -> None:
         interval = max(0.01, float(self.backend.poll_interval))
+        pause = interval
+        outage_since: float | None = None
         while True:
             with self._cond:
                 while not self._jobs:
                     self._cond.wait()
-                self._cond.wait(interval)
+                self._cond.wait(pause)
                 jobs = [job for job, _ in self._jobs.values()]
             try:
                 statuses = self.backend.poll(jobs)
-            except Exception:  # noqa: BLE001 - keep watching; the cluster may come back
-                logger.warning("polling %d %s jobs failed", len(jobs), self.backend.name,
-                               exc_info=True)
+            except Exception as exc:  # noqa: BLE001 - keep watching; the cluster may come back
+                if outage_since is None:
+                    outage_since = time.monotonic()
+                    logger.warning(
+                        "cannot read the status of %d %s jobs (%s: %s); fiber keeps "
+                        "polling, and takes no job for lost meanwhile", len(jobs),
+                        self.backend.name, type(exc).__name__, exc)
+                logger.debug("polling %d %s jobs failed", len(jobs), self.backend.name,
+                             exc_info=True)
+                pause = min(pause * 2, max(interval, LONGEST_OUTAGE_PAUSE))
                 continue
+            if outage_since is not None:
+                logger.info("the status of %s jobs can be read again (after %.1f s)",
+                            self.backend.name, time.monotonic() - outage_since)
+                outage_since = None
+                pause = interval
             for job_id, status in statuses.items():
                 if not status.is_final:
                     continue

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.runtime import config, run
+from fiber.runtime import config, retry, run
 from fiber.runtime.monitor import monitor_for
 from fiber.runtime.pipes import recording_transit, release_transit
 from fiber.wire import auth, protocol, serialization, transport
@@ -32,6 +32,18 @@ logger = logging.getLogger("fiber")
 LOG_TAIL = 4000
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
+
+# signals a process gets from its own faults (a crash), unlike those that end it from
+# outside (SIGKILL, SIGTERM: a user, an OOM killer, a preempted node, a dead template)
+_CRASH_SIGNALS = frozenset({signal.SIGSEGV, signal.SIGBUS, signal.SIGILL, signal.SIGFPE,
+                            signal.SIGABRT, signal.SIGSYS, signal.SIGTRAP})
+
+
+def killed(returncode: int | None) -> bool:
+    """Whether an exit code (multiprocessing's convention) says that the process was
+    ended by a signal sent from outside, rather than failing or crashing on its own."""
+    return (returncode is not None and returncode < 0
+            and -returncode not in _CRASH_SIGNALS)
 
 
 def _new_process_uid() -> None:
@@ -159,7 +171,9 @@ class JobPopen:
         meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
         spec = self._job_spec(cfg, process_obj, meta)
         try:
-            self.job: Job = self.backend.create_job(spec)
+            self.job: Job = retry.call(self.backend.name, "create a job",
+                                       lambda: self.backend.create_job(spec),
+                                       float(cfg.backend_retry_timeout))
         except BaseException:
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
@@ -265,14 +279,22 @@ class JobPopen:
                 except Exception:  # noqa: BLE001
                     logger.debug("reading logs of job %s failed", self.job.id, exc_info=True)
                 reason = f" ({status.reason})" if status.reason else ""
+                if killed(code):
+                    # ended from outside: nothing says the job itself is at fault
+                    hint = ", ended from outside"
+                else:
+                    hint = (" (is fiber-core installed for the job's Python, and can the "
+                            f"job reach {self.hub.address}?)")
                 self.start_error = ProcessStartError(
                     f"{self.process_name}: its {self.backend.name} job {self.job.id} ended "
                     f"{status.state.value}{reason} with exit code {status.exitcode} before it "
-                    "connected back to this process (is fiber-core installed for the job's "
-                    f"Python, and can the job reach {self.hub.address}?)"
+                    f"connected back to this process{hint}"
                     + (f"\n--- job output ---\n{logs}" if logs.strip() else ""),
                     status.exitcode, status.reason, logs)
-                logger.error("%s", self.start_error)
+                if killed(code):
+                    logger.warning("%s", self.start_error)
+                else:
+                    logger.error("%s", self.start_error)
             self._finish(code)
         self._release()
 
@@ -360,6 +382,18 @@ class JobPopen:
                     w = -1
                 self._sentinel = (r, w)
             return self._sentinel[0]
+
+    @property
+    def failed_on_its_own(self) -> bool:
+        """The job has ended, and not because it was killed from outside: it failed
+        or crashed (a traceback before it ran its process, another fiber version, an
+        exit status, a crash signal)."""
+        if self.returncode is None:
+            return False
+        if self.start_error is not None and self.start_error.reason in (
+                "bootstrap failed", "version mismatch"):
+            return True
+        return not killed(self.returncode)
 
     def raise_start_error(self) -> None:
         if self.start_error is not None:

@@ -25,8 +25,11 @@ it is closed, or the reader is on another host and gets the bytes inline). A poo
 segment is unlinked by its sender at exit when free, else by the last user after the
 sender is gone (the receiver releasing its arrays, the mailbox dropping the message).
 What a killed process leaves behind (a sender's free segments, a dead mailbox's
-messages) is removed by :func:`sweep`, which runs at the main process's exit (:mod:`fiber.util`'s exit path) and every
-:data:`SWEEP_INTERVAL` seconds in a process that creates segments.
+messages) is removed by :func:`sweep`, which runs when a process creates its hub
+(:func:`fiber.wire.transport.get_hub`: any fiber program of the machine cleans up after
+killed ones, whether or not it moves large arrays itself), at the main process's exit
+(:mod:`fiber.util`'s exit path) and every :data:`SWEEP_INTERVAL` seconds in a process
+that creates segments.
 
 "Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
 (:func:`host_token`); anything else falls back to bytes over the wire. Setting

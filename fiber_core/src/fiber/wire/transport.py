@@ -15,9 +15,11 @@ one import of the wire's connections.
 
 from __future__ import annotations
 
+import logging
 import threading
 
 from fiber import util
+from fiber.wire import shm
 from fiber.wire.channel import Channel, Request
 from fiber.wire.hub import Hub
 from fiber.wire.nng_client import Client, ClientContext
@@ -32,16 +34,27 @@ __all__ = [
 _hubs: dict[str, Hub] = {}
 _clients: dict[str, Client | StreamClient] = {}
 _registry_lock = threading.Lock()
+logger = logging.getLogger("fiber")
 
 
 def get_hub(host: str) -> Hub:
-    """This process's hub for ``host`` (the listen address), created on first use."""
+    """This process's hub for ``host`` (the listen address), created on first use.
+    A process's first hub also sweeps the shared-memory segments that ended processes
+    of this machine left behind (:func:`fiber.wire.shm.sweep`): every fiber program
+    that talks to other processes cleans up after those that were killed."""
     with _registry_lock:
         hub = _hubs.get(host)
-        if hub is None:
-            hub = _hubs[host] = Hub(host)
-            util.at_exit("connections", util.CONNECTIONS, shutdown)
-        return hub
+        if hub is not None:
+            return hub
+        first = not _hubs
+        hub = _hubs[host] = Hub(host)
+        util.at_exit("connections", util.CONNECTIONS, shutdown)
+    if first:
+        try:
+            shm.sweep()
+        except Exception:  # noqa: BLE001 - cleaning up after others is best effort
+            logger.debug("sweeping shared-memory segments failed", exc_info=True)
+    return hub
 
 
 def get_client(address: str) -> Client | StreamClient:

@@ -19,7 +19,10 @@ core's job entry point) are forked from a pre-imported template process
 ``spawn``; every other command is a new subprocess. The template is started when the
 main process says it expects jobs (:meth:`LocalBackend.expect_jobs`: it is creating
 its hub), so that its start overlaps the rest of the parent's set-up; in a job, at its
-first job.
+first job. A template that dies (killed, out of memory) is replaced: the jobs forked
+from it are ended (they are reported killed, exit code -9, as before), a spawn it had
+not answered is sent to a new template, and the next jobs fork from that one. A
+template that dies again at once is an error (:data:`TEMPLATE_RESTARTS`).
 """
 
 from __future__ import annotations
@@ -49,6 +52,8 @@ logger = logging.getLogger("fiber")
 # jobs that run a module of this package (fiber's own job entry point) can be forked
 # from the template, which has imported fiber already
 _OWN_PACKAGE = __name__.split(".")[0] + "."
+#: new templates one job's start may use after the one it asked died
+TEMPLATE_RESTARTS = 2
 
 
 class _Proc(Protocol):
@@ -96,12 +101,20 @@ class LocalBackend(Backend):
     def _template(self) -> _ForkServer:
         with self._lock:
             if self._forkserver is None or self._forkserver.dead:
+                if self._forkserver is not None:
+                    logger.info("starting a new template process for the local backend")
                 self._forkserver = _ForkServer(sorted(self._job_modules))
             return self._forkserver
 
     def _forked(self, module: str, env: dict[str, str], cwd: str | None,
                 log_path: str) -> _ForkedChild:
-        return self._template().spawn(module, env, cwd, log_path)
+        for restarts in itertools.count():
+            try:
+                return self._template().spawn(module, env, cwd, log_path)
+            except _TemplateExited:
+                if restarts >= TEMPLATE_RESTARTS:
+                    raise
+        raise AssertionError("unreachable")  # (the loop returns or raises)
 
     def _forkable(self, command: Sequence[str]) -> str | None:
         """The module of ``command`` when it is ``[this python, -m, M]`` with M a module
@@ -348,6 +361,10 @@ class _ForkedChild:
 _SPAWN_HINT = "FIBER_LOCAL_START_METHOD=spawn to start jobs without it"
 
 
+class _TemplateExited(JobCreationError):
+    """The template exited before it answered a spawn (a new one may)."""
+
+
 class _Pending:
     """A spawn request waiting for the template's answer: the child, or the
     template's error message (``None`` when the template exited)."""
@@ -383,6 +400,7 @@ class _ForkServer:
         names.extend(forkserver.module_files(job_modules))
         forkserver.send_message(self._sock, ("preload", names, sources))
         self.dead = False
+        self._closing = False
         self._lock = threading.Lock()
         self._keys = itertools.count()
         self._waiting: dict[int, _Pending] = {}
@@ -394,20 +412,28 @@ class _ForkServer:
               log_path: str) -> _ForkedChild:
         key = next(self._keys)
         slot = _Pending()
+        gone = _TemplateExited("the local backend's template process has exited (see its "
+                               f"error above; set {_SPAWN_HINT})")
         with self._lock:
             if self.dead:
-                raise JobCreationError("the local backend's template process has exited")
+                raise gone
             self._waiting[key] = slot
-            self._proto.send_message(self._sock, ("spawn", key, module, env, cwd, log_path))
+            try:
+                self._proto.send_message(self._sock, ("spawn", key, module, env, cwd,
+                                                      log_path))
+            except OSError:
+                self._waiting.pop(key, None)
+                raise gone from None
         if not slot.done.wait(30):
+            with self._lock:
+                self._waiting.pop(key, None)
             raise JobCreationError("the local backend's template process does not answer "
                                    f"(set {_SPAWN_HINT})")
         answer = slot.answer
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
         if answer is None:
-            raise JobCreationError("the local backend's template process has exited (see "
-                                   f"its error above; set {_SPAWN_HINT})")
+            raise gone
         return answer
 
     def _read(self) -> None:
@@ -422,6 +448,14 @@ class _ForkServer:
             self.dead = True
             waiting, self._waiting = self._waiting, {}
             children = [c for c in self._children.values() if c.returncode is None]
+        if not self._closing:
+            try:
+                code: int | None = self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                code = None
+            logger.warning("the local backend's template process (pid %d) exited with "
+                           "code %s; ending the %d jobs forked from it, and starting the "
+                           "next jobs from a new one", self._proc.pid, code, len(children))
         for slot in waiting.values():
             slot.done.set()
         for child in children:  # orphaned by the template: end them, call them killed
@@ -452,6 +486,7 @@ class _ForkServer:
             slot.done.set()
 
     def close(self) -> None:
+        self._closing = True
         try:
             # shut down first: a plain close() does not end the reader thread's recv,
             # so the template would never see the end of the stream

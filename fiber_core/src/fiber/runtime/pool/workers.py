@@ -9,10 +9,16 @@ for the records of the missing workers (they count as *starting* until they conn
 and hands them to the starter. It holds the worker set only weakly between rounds, so
 an unreferenced pool can be garbage collected, which ends its workers.
 
-A worker whose job ends is lost to the table (its tasks are requeued). One that ends
-before it ever connected counts as a start failure; ``START_FAILURES_LIMIT`` of them in
-a row, or a ``start()`` that raises, *break* the pool: every waiting result fails with
-that error and new submissions raise it.
+A worker whose job ends is lost to the table (its tasks are requeued) and replaced.
+One that fails on its own before it ever connected (a traceback while it prepares,
+another fiber version, an exit status or a crash) counts as a start failure; one that
+was killed from outside (a signal such as SIGKILL or SIGTERM: a user, an OOM killer, the
+local backend's template dying) does not, however early it dies. ``START_FAILURES_LIMIT``
+start failures in a row, or a ``start()`` that raises, *break* the pool: every waiting
+result fails with that error (the last failed worker's own) and new submissions raise
+it. ``start()`` itself rides out the backend's transient errors
+(:mod:`fiber.runtime.retry`), so only a permanent error, or one that outlasted the retry
+budget, breaks the pool; a retry stops early when the pool is terminated.
 
 Ending: ``terminate()`` ends every worker, including those whose start is under way
 (each is ended by its starter thread once its job exists), and returns once all of
@@ -24,12 +30,14 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from fiber.errors import ProcessStartError
+from fiber.runtime import retry
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
 from fiber.wire import transport
 
@@ -142,8 +150,15 @@ class WorkerSet:
         s = self._scheduler
         process = self._make_process(w.id)
         try:
-            process.start()
+            with retry.pausing(self._retry_pause):
+                process.start()
         except Exception as exc:  # noqa: BLE001 - the pool reports it through results
+            with self._changed:
+                unwanted = self._unwanted()
+                if unwanted:
+                    s.start_failed(w)
+            if unwanted:
+                return
             logger.error("cannot start a pool worker: %s", exc)
             self._break(exc)
             with self._changed:
@@ -170,12 +185,30 @@ class WorkerSet:
 
         process._popen.add_done_callback(ended)
 
+    def _unwanted(self) -> bool:
+        """No worker is wanted any more: the pool was terminated or collected, or it
+        is closed with nothing left to do. Called with the lock held."""
+        s = self._scheduler
+        return (s.state == TERMINATE or not self.finalizer.alive
+                or (s.state == CLOSE and not s.unfinished()))
+
+    def _retry_pause(self, seconds: float) -> bool:
+        """Wait between two tries of a worker's start; True: give up (not wanted)."""
+        deadline = time.monotonic() + seconds
+        with self._changed:
+            while not self._unwanted():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(min(left, 1.0))
+        return True
+
     def _ended(self, w: Worker) -> None:
         """The job of ``w`` ended."""
         s = self._scheduler
         popen = w.process._popen if w.process is not None else None
         if popen is not None and not w.connected and not w.stopping \
-                and s.state != TERMINATE:
+                and s.state != TERMINATE and popen.failed_on_its_own:
             with self._changed:
                 s.start_failures += 1
                 failures = s.start_failures
