@@ -190,6 +190,17 @@ def test_permanent_create_error_fails_fast(run_script):
     assert "retrying" not in result.stderr
 
 
+def test_unreachable_for_a_setting_fails_fast(run_script):
+    """faulty: the cluster cannot be reached because of a setting
+    (ClusterUnreachableError(transient=False)): no retry can mend it, none is made."""
+    result = run_script(POOL_SCRIPT, env=faulty_env(FAULTY_CREATE_MISCONFIGURED="1"))
+    assert result.returncode == 0, result.stderr
+    assert "failed ClusterUnreachableError injected: the key file" in result.stdout, \
+        result.stdout + result.stderr
+    assert float(result.stdout.split("seconds")[1]) < 10, result.stdout
+    assert "retrying" not in result.stderr
+
+
 def test_transient_errors_past_the_budget_break_the_pool(run_script):
     """faulty: job creation fails transiently for good; backend_retry_timeout=2."""
     result = run_script(POOL_SCRIPT, env=faulty_env(FAULTY_CREATE_TRANSIENT="100000",

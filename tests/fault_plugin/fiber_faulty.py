@@ -7,6 +7,9 @@ the jobs:
   :class:`~fiber.backend.TransientBackendError` (as an API server's 503 would);
 * ``FAULTY_CREATE_PERMANENT=1``: every ``create_job`` raises
   :class:`~fiber.backend.JobCreationError` (as a refused request would);
+* ``FAULTY_CREATE_MISCONFIGURED=1``: every ``create_job`` raises
+  :class:`~fiber.backend.ClusterUnreachableError` with ``transient=False`` (as a
+  missing key file or kubeconfig would);
 * ``FAULTY_POLL_OUTAGE=S``: ``poll`` raises
   :class:`~fiber.backend.ClusterUnreachableError` for S seconds from its first call.
 
@@ -46,6 +49,9 @@ class FaultyBackend(LocalBackend):
         global _creates, injected_create_failures
         if os.environ.get("FAULTY_CREATE_PERMANENT") == "1":
             raise JobCreationError("injected: the cluster refused the job (quota exceeded)")
+        if os.environ.get("FAULTY_CREATE_MISCONFIGURED") == "1":
+            raise ClusterUnreachableError("injected: the key file (setting x) does not exist",
+                                          transient=False)
         with _lock:
             _creates += 1
             transient = _creates <= int(os.environ.get("FAULTY_CREATE_TRANSIENT", "0"))

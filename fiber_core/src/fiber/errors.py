@@ -67,7 +67,19 @@ class ConfigError(ValueError):
 
 
 class BackendError(RuntimeError):
-    """Base class of every error a backend raises on purpose."""
+    """Base class of every error a backend raises on purpose. ``transient`` says
+    whether asking again may succeed (the core then retries, see
+    :class:`TransientBackendError`); each class has its default, and a backend may
+    override it per error: ``ClusterUnreachableError(message, transient=False)`` for a
+    cluster that cannot be reached because of a setting (a missing key file or
+    kubeconfig), which no retry can mend."""
+
+    transient = False
+
+    def __init__(self, *args: object, transient: bool | None = None) -> None:
+        super().__init__(*args)
+        if transient is not None:
+            self.transient = transient
 
 
 class JobCreationError(BackendError):
@@ -81,6 +93,8 @@ class TransientBackendError(BackendError):
     429, a scheduler's time-out, a daemon that restarts, a dropped connection): the
     core retries the call with backoff for up to ``backend_retry_timeout`` seconds
     before it gives up with this error."""
+
+    transient = True
 
 
 class ClusterUnreachableError(TransientBackendError):

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from fiber.errors import TransientBackendError
+from fiber.errors import BackendError
 
 logger = logging.getLogger("fiber")
 
@@ -106,7 +106,8 @@ def _end(key: tuple[str, str], succeeded: bool) -> None:
 
 
 def call(backend: str, action: str, fn: Callable[[], T], budget: float) -> T:
-    """``fn()``, tried again on :class:`TransientBackendError` for up to ``budget``
+    """``fn()``, tried again on a transient :class:`BackendError` (a
+    :class:`TransientBackendError`, unless raised with ``transient=False``) for up to ``budget``
     seconds; ``backend`` and ``action`` ("create a job") name it in the log."""
     key = (backend, action)
     deadline: float | None = None
@@ -115,7 +116,9 @@ def call(backend: str, action: str, fn: Callable[[], T], budget: float) -> T:
         while True:
             try:
                 result = fn()
-            except TransientBackendError as exc:
+            except BackendError as exc:
+                if not exc.transient:
+                    raise  # a refusal, or a setting no retry can mend
                 now = time.monotonic()
                 if deadline is None:
                     if budget <= 0:

@@ -75,8 +75,8 @@ def connect(options: dict[str, Any]) -> Connection:
             raise ClusterUnreachableError(
                 f"no Kubernetes configuration: {path} does not exist and this process does "
                 "not run in a pod; set kubernetes_kubeconfig (FIBER_KUBERNETES_KUBECONFIG) "
-                "or KUBECONFIG to your cluster's kubeconfig file"
-            )
+                "or KUBECONFIG to your cluster's kubeconfig file",
+                transient=False)
         try:
             config.load_kube_config(config_file=path, context=context,
                                     client_configuration=configuration)
@@ -85,8 +85,8 @@ def connect(options: dict[str, Any]) -> Connection:
             raise ClusterUnreachableError(
                 f"cannot use kubeconfig {path}"
                 + (f" with context {context!r}" if context else "")
-                + f": {exc}; check kubernetes_kubeconfig and kubernetes_context"
-            ) from None
+                + f": {exc}; check kubernetes_kubeconfig and kubernetes_context",
+                transient=False) from None
         if not namespace:
             chosen = next((c for c in contexts if c["name"] == context), None) if context \
                 else current

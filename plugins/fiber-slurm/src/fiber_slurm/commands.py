@@ -56,8 +56,8 @@ class SlurmCommands:
                 f"the Slurm command {name!r} was not found {where}: the slurm backend needs "
                 "Slurm's client commands (sbatch, squeue, scancel, scontrol). Install them "
                 "(e.g. apt-get install slurm-client, or load your site's slurm module) and "
-                "put their directory on PATH, or set FIBER_SLURM_BIN_DIR to it."
-            )
+                "put their directory on PATH, or set FIBER_SLURM_BIN_DIR to it.",
+                transient=False)
         self._paths[name] = found
         return found
 

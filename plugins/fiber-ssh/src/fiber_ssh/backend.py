@@ -76,7 +76,7 @@ class SSHBackend(Backend):
         try:
             specs = resolve_hosts(self._options)
         except HostSyntaxError as exc:
-            raise ClusterUnreachableError(str(exc)) from None
+            raise ClusterUnreachableError(str(exc), transient=False) from None
         self._hosts = [HostSlots(HostConnection(spec, self._options)) for spec in specs]
         self._placement = Placement(self._hosts)
         self._lock = threading.Condition()
@@ -102,7 +102,11 @@ class SSHBackend(Backend):
             if not any(host.usable for host in self._hosts):
                 reasons = "; ".join(f"{host.conn.spec.name}: {host.conn.error}"
                                     for host in self._hosts)
-                raise ClusterUnreachableError(f"no SSH host is reachable ({reasons})")
+                # worth retrying unless every host failed for a setting
+                transient = any(getattr(host.conn.error, "transient", True)
+                                for host in self._hosts)
+                raise ClusterUnreachableError(f"no SSH host is reachable ({reasons})",
+                                              transient=transient)
             for host in self._hosts:
                 if not host.usable:
                     logger.warning("SSH host %s is not used: %s", host.conn.spec.name,

@@ -91,7 +91,8 @@ class HostConnection:
                     "(its connection died); its jobs are lost"
                 )
             if self.error is not None:
-                raise ClusterUnreachableError(str(self.error))
+                raise ClusterUnreachableError(
+                    str(self.error), transient=getattr(self.error, "transient", True))
             try:
                 self._client = self._open()
             except ClusterUnreachableError as exc:
@@ -113,7 +114,7 @@ class HostConnection:
             raise ClusterUnreachableError(
                 f"unknown SSH host {spec.hostname!r} (entry {spec.name!r}): {exc.strerror}; "
                 "fix the name in FIBER_SSH_HOSTS / the hosts file, or add a Host alias to "
-                "~/.ssh/config"
+                "~/.ssh/config", transient=False
             ) from None
         last: OSError | None = None
         for family, kind, proto, _, address in infos:
@@ -147,8 +148,8 @@ class HostConnection:
             client.load_system_host_keys(known_path)
         elif self.options.get("ssh_known_hosts"):
             raise ClusterUnreachableError(
-                f"the known-hosts file {known_path!r} (setting ssh_known_hosts) does not exist"
-            )
+                f"the known-hosts file {known_path!r} (setting ssh_known_hosts) does not exist",
+                transient=False)
         if self.options.get("ssh_accept_unknown_hosts"):
             logger.warning("accepting unknown SSH host keys (ssh_accept_unknown_hosts is set; "
                            "insecure: a man in the middle would not be noticed)")
@@ -158,8 +159,8 @@ class HostConnection:
         key_file = spec.key_file and os.path.expanduser(spec.key_file)
         if key_file and not os.path.exists(key_file):
             raise ClusterUnreachableError(
-                f"the SSH key file {key_file!r} (setting ssh_key_file) does not exist"
-            )
+                f"the SSH key file {key_file!r} (setting ssh_key_file) does not exist",
+                transient=False)
         sock = self._socket(timeout)
         try:
             client.connect(
@@ -177,8 +178,8 @@ class HostConnection:
                 f"{exc.expected_key.get_fingerprint().hex()}, got "
                 f"{exc.key.get_fingerprint().hex()}): this may be a man-in-the-middle attack. "
                 "If the host was reinstalled, verify its new key and replace the old one "
-                f"(ssh-keygen -R '[{spec.hostname}]:{spec.port}' -f {known_path})"
-            ) from None
+                f"(ssh-keygen -R '[{spec.hostname}]:{spec.port}' -f {known_path})",
+                transient=False) from None
         except paramiko.SSHException as exc:
             client.close()
             sock.close()
@@ -189,20 +190,20 @@ class HostConnection:
                     f"in the known-hosts file {known_path}, so the host is not trusted. Verify "
                     "its key and add it (ssh-keyscan -p PORT HOST >> FILE, or ssh to it once), "
                     "point FIBER_SSH_KNOWN_HOSTS at a file that has it, or set "
-                    "FIBER_SSH_ACCEPT_UNKNOWN_HOSTS=true (insecure)"
+                    "FIBER_SSH_ACCEPT_UNKNOWN_HOSTS=true (insecure)", transient=False
                 ) from None
             if "No authentication methods" in text:
                 raise ClusterUnreachableError(
                     f"no key to log in to SSH host {spec.name} ({spec.hostname}:{spec.port}) "
                     "with: set FIBER_SSH_KEY_FILE, add an IdentityFile to ~/.ssh/config, or "
-                    "start an ssh-agent"
+                    "start an ssh-agent", transient=False
                 ) from None
             if isinstance(exc, paramiko.AuthenticationException):
                 raise ClusterUnreachableError(
                     f"SSH host {spec.name} ({spec.hostname}:{spec.port}) refused to log in user "
                     f"{spec.user!r} with {'key ' + key_file if key_file else 'the default keys'}"
                     f" ({text}); add the public key to ~{spec.user}/.ssh/authorized_keys on "
-                    "the host, or set FIBER_SSH_KEY_FILE / FIBER_SSH_USER"
+                    "the host, or set FIBER_SSH_KEY_FILE / FIBER_SSH_USER", transient=False
                 ) from None
             raise ClusterUnreachableError(
                 f"SSH to host {spec.name} ({spec.hostname}:{spec.port}) failed: {text}"
