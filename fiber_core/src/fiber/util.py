@@ -37,8 +37,10 @@ import itertools
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
+import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -50,7 +52,7 @@ __all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr",
            "sub_debug", "debug", "info", "sub_warning", "get_temp_dir",
            "register_after_fork", "is_exiting", "Finalize", "ForkAwareThreadLock",
            "ForkAwareLocal", "close_all_fds_except", "SUBDEBUG", "SUBWARNING",
-           "LOGGER_NAME", "DEFAULT_LOGGING_FORMAT"]
+           "LOGGER_NAME", "DEFAULT_LOGGING_FORMAT", "warn_deprecated"]
 
 MANAGERS = 50
 FINALIZERS = 45
@@ -302,3 +304,24 @@ def close_all_fds_except(fds: Iterable[int]) -> None:
     keep = sorted({-1, *fds, os.sysconf("SC_OPEN_MAX")})
     for low, high in zip(keep, keep[1:], strict=False):
         os.closerange(low + 1, high)
+
+
+# -- deprecated spellings ---------------------------------------------------------------
+_warned: set[str] = set()
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def warn_deprecated(spelling: str, message: str) -> None:
+    """Warn once per process that ``spelling`` is deprecated (a
+    :class:`DeprecationWarning` with ``message``, which names the new spelling),
+    attributed to the first caller outside fiber, so Python's default filter shows it
+    when that caller is the program's ``__main__``."""
+    with _lock:
+        if spelling in _warned:
+            return
+        _warned.add(spelling)
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
+        frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
+        level += 1
+    warnings.warn(message, DeprecationWarning, stacklevel=level)

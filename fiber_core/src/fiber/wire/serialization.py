@@ -201,7 +201,8 @@ def unpack_exception(payload: bytes) -> BaseException:
     :class:`multiprocessing.pool.RemoteTraceback` (the very class, exported as
     ``fiber.pool.RemoteTraceback``) as its ``__cause__``, as multiprocessing.pool's
     results carry one, so the remote traceback is printed with it."""
-    from multiprocessing.pool import RemoteTraceback  # lazy: a failure path (5 ms once)
+    # lazy: a failure path (5 ms once); the class is missing from typeshed
+    from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]
 
     exc, tb = pickle.loads(payload)
     exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import socket
 import traceback
-from multiprocessing.pool import RemoteTraceback  # loaded by multiprocessing.managers
+from multiprocessing.pool import (  # type: ignore[attr-defined]  # missing from typeshed
+    RemoteTraceback,  # loaded by multiprocessing.managers already
+)
 from typing import Any
 
 from fiber.errors import ConnectionLostError
