@@ -42,6 +42,7 @@ _WHERE = {
     "get_all_start_methods": "fiber.context", "freeze_support": "fiber.context",
     "set_executable": "fiber.context", "set_forkserver_preload": "fiber.context",
     "allow_connection_pickling": "fiber.context", "get_config_value": "fiber.context",
+    "reducer": "fiber.context",
     "ProcessError": "fiber.errors", "BufferTooShort": "fiber.errors",
     "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
     "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",

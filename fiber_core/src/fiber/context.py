@@ -228,7 +228,10 @@ def _process_class(method: str | None) -> type:
 
 
 def __getattr__(name: str) -> Any:
-    """``Process`` and the ``*Process`` classes, made on first use (see above)."""
+    """``Process`` and the ``*Process`` classes, made on first use (see above), and
+    ``reducer`` (``multiprocessing.reducer``: the reduction module)."""
+    if name == "reducer":
+        return _default_context.reducer
     if name == "Process":
         return _process_class(None)
     for method, class_name in _PROCESS_CLASSES.items():

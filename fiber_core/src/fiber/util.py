@@ -320,7 +320,7 @@ def warn_deprecated(spelling: str, message: str) -> None:
         if spelling in _warned:
             return
         _warned.add(spelling)
-    level, frame = 1, sys._getframe(1)
+    level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop
         level += 1

@@ -112,7 +112,7 @@ def _translate(settings: Mapping[str, Any], source: str) -> dict[str, Any]:
         if new is None or new in out:
             continue
         if key == "debug":
-            if parse_bool(value):
+            if value if isinstance(value, bool) else parse_bool(str(value)):
                 out[new] = "DEBUG"
             continue
         out[new] = value
