@@ -86,6 +86,9 @@ def test_pool_without_main_guard_fails_clearly(run_script, method):
     assert "__main__" in result.stderr
     assert "if __name__ == '__main__':" in result.stderr
     assert last, result.stderr
+    # the job's traceback once, however many workers failed alike (it was five times)
+    assert result.stderr.count("in check_not_importing_main") == 1, result.stderr
+    assert result.stderr.count("Every fiber job imports the main module") == 1
 
 
 @pytest.mark.parametrize("method", START_METHODS)
@@ -97,6 +100,7 @@ def test_process_without_main_guard_fails_clearly(run_script, method):
     assert "ProcessStartError" in result.stderr
     assert "if __name__ == '__main__':" in result.stderr
     assert "__main__" in result.stderr
+    assert result.stderr.count("in check_not_importing_main") == 1, result.stderr
 
 
 def test_manager_without_main_guard_fails_clearly(run_script):

@@ -35,13 +35,14 @@ _WHERE = {
     "Value": "fiber.sharedctypes", "Array": "fiber.sharedctypes",
     "Ring": "fiber.ring",
     "meta": "fiber.meta",
-    "init": "fiber.runtime.config",
+    "init": "fiber.runtime.config", "reset": "fiber.runtime.config",
     "get_logger": "fiber.util", "log_to_stderr": "fiber.util",
     "cpu_count": "fiber.context", "get_context": "fiber.context",
     "set_start_method": "fiber.context", "get_start_method": "fiber.context",
     "get_all_start_methods": "fiber.context", "freeze_support": "fiber.context",
     "set_executable": "fiber.context", "set_forkserver_preload": "fiber.context",
     "allow_connection_pickling": "fiber.context", "get_config_value": "fiber.context",
+    "reducer": "fiber.context",
     "ProcessError": "fiber.errors", "BufferTooShort": "fiber.errors",
     "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
     "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",
@@ -96,7 +97,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from fiber.process import Process, active_children, current_process, parent_process
     from fiber.queues import JoinableQueue, Queue, SimpleQueue
     from fiber.ring import Ring
-    from fiber.runtime.config import init
+    from fiber.runtime.config import init, reset
     from fiber.sharedctypes import Array, Value
     from fiber.synchronize import (
         Barrier,

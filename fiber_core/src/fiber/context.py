@@ -1,9 +1,18 @@
 """multiprocessing's module-level functions for fiber: ``get_context``,
-``set_start_method`` and friends, and the context objects they return.
+``set_start_method`` and friends, and the context objects they return, named as in
+:mod:`multiprocessing.context` (``BaseContext``, ``DefaultContext``, ``SpawnContext``,
+``ForkContext``, ``ForkServerContext`` and their ``*Process`` classes).
 
-``import fiber as multiprocessing`` works because these accept every start method name
-of multiprocessing; fiber has one way to start a process, ``"fiber"``: every process is
-a job on the selected backend. A context's attributes are the ``fiber`` module's API.
+The start methods are multiprocessing's (``spawn``, ``fork``, ``forkserver``; the
+default is ``spawn``) and behave as documented there: ``get_context(m)`` is the context
+of method ``m`` and ``get_context(m).get_start_method() == m``; ``set_start_method``
+sets the default context once (again only with ``force=True``). What a method changes
+for fiber's processes: nothing. Every process is a job on the selected backend and
+starts as multiprocessing's *spawn* does (the job imports the parent's main module as
+``__mp_main__`` and receives the pickled Process object; nothing is inherited), whatever
+the method; the local backend's own way of starting jobs is its ``local_start_method``
+setting. The method is recorded (``Process._start_method``), so code that asks gets the
+name it chose. A context's other attributes are the ``fiber`` module's API.
 """
 
 from __future__ import annotations
@@ -12,15 +21,22 @@ import os
 import sys
 from typing import Any
 
+from fiber.errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 from fiber.runtime import config
 
-START_METHODS = ("fiber", "spawn", "forkserver", "fork")
+# the default first, as multiprocessing.get_all_start_methods() lists them
+START_METHODS = ("spawn", "fork", "forkserver")
+DEFAULT_START_METHOD = "spawn"
 
 __all__ = [
-    "FiberContext", "START_METHODS", "cpu_count", "get_context", "set_start_method",
-    "get_start_method", "get_all_start_methods", "freeze_support", "set_executable",
-    "set_forkserver_preload", "allow_connection_pickling", "get_config_value",
-]
+    "BaseContext", "DefaultContext", "SpawnContext", "ForkContext", "ForkServerContext",
+    "ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError",
+    "START_METHODS", "DEFAULT_START_METHOD", "cpu_count", "get_context",
+    "set_start_method", "get_start_method", "get_all_start_methods", "freeze_support",
+    "set_executable", "set_forkserver_preload", "allow_connection_pickling",
+    "get_config_value",
+]  # and, made on first use (see __getattr__): Process, SpawnProcess, ForkProcess,
+#    ForkServerProcess
 
 
 def get_config_value(name: str) -> Any:
@@ -36,67 +52,189 @@ def cpu_count() -> int:
     return count
 
 
-class FiberContext:
-    """What :func:`get_context` returns: the fiber module's API as attributes."""
+def freeze_support() -> None:
+    """Accepted for compatibility (does nothing: jobs never run a frozen executable)."""
 
-    def __init__(self, method: str) -> None:
-        self._method = method
+
+def set_executable(executable: str | bytes | os.PathLike[str] | os.PathLike[bytes]) -> None:
+    """Set the Python executable of jobs (the ``python`` setting). As in
+    multiprocessing, a str, bytes or path object."""
+    config.init(python=os.fsdecode(executable))
+
+
+def set_forkserver_preload(module_names: list[str]) -> None:
+    """Accepted for compatibility (does nothing: the local backend's template already
+    imports the modules the parent has imported)."""
+
+
+def allow_connection_pickling() -> None:
+    """Accepted for compatibility: fiber connections are always picklable."""
+
+
+class BaseContext:
+    """The API of a context: multiprocessing's functions, and, as attributes, the
+    ``fiber`` module's API (``ctx.Queue()``, ``ctx.Pool()``, ...)."""
+
+    _name: str | None = None
+
+    ProcessError = ProcessError
+    BufferTooShort = BufferTooShort
+    TimeoutError = TimeoutError
+    AuthenticationError = AuthenticationError
+
+    cpu_count = staticmethod(cpu_count)
+    freeze_support = staticmethod(freeze_support)
+    set_executable = staticmethod(set_executable)
+    set_forkserver_preload = staticmethod(set_forkserver_preload)
+    allow_connection_pickling = staticmethod(allow_connection_pickling)
+    get_config_value = staticmethod(get_config_value)
 
     def __getattr__(self, name: str) -> Any:
         module = sys.modules["fiber"]
         if name in module.__all__:
             return getattr(module, name)
-        raise AttributeError(name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
-    def get_start_method(self, allow_none: bool = False) -> str:
-        return self._method
+    @property
+    def Process(self) -> type:  # noqa: N802 - multiprocessing's name
+        """The Process class of this context's start method."""
+        return _process_class(self._name)
+
+    @property
+    def reducer(self) -> Any:
+        """The reduction module (:mod:`fiber.reduction`), as ``ctx.reducer``."""
+        import fiber.reduction  # lazy: only code that asks for it pays for it
+
+        return fiber.reduction
+
+    def get_context(self, method: str | None = None) -> BaseContext:
+        """The context of ``method`` (this one when None)."""
+        if method is None:
+            return self
+        try:
+            return _concrete_contexts[method]
+        except KeyError:
+            raise ValueError(f"cannot find context for {method!r}") from None
+
+    def get_start_method(self, allow_none: bool = False) -> str | None:
+        return self._name
+
+    def set_start_method(self, method: str | None, force: bool = False) -> None:
+        raise ValueError("cannot set start method of concrete context")
+
+    def get_all_start_methods(self) -> list[str]:
+        return list(START_METHODS)
+
+    def get_logger(self) -> Any:
+        from fiber import util
+
+        return util.get_logger()
+
+    def log_to_stderr(self, level: int | str | None = None) -> Any:
+        from fiber import util
+
+        return util.log_to_stderr(level)
 
     def __repr__(self) -> str:
-        return f"<fiber context {self._method!r}>"
+        return f"<fiber context {self._name!r}>"
 
 
-def get_context(method: str | None = None) -> FiberContext:
-    """A context object with the fiber API. Every start method name of
-    multiprocessing is accepted and means the same: a job on the selected backend."""
-    if method is not None and method not in START_METHODS:
-        raise ValueError(f"cannot find context for {method!r}")
-    return FiberContext(method or "fiber")
+class SpawnContext(BaseContext):
+    _name = "spawn"
 
 
-_start_method: list[str | None] = [None]
+class ForkContext(BaseContext):
+    _name = "fork"
 
 
-def set_start_method(method: str | None, force: bool = False) -> None:
-    """Accepted for compatibility; every method means "a job on the backend"."""
-    if method is not None and method not in START_METHODS:
-        raise ValueError(f"cannot find context for {method!r}")
-    if _start_method[0] is not None and not force:
-        raise RuntimeError("context has already been set")
-    _start_method[0] = method
+class ForkServerContext(BaseContext):
+    _name = "forkserver"
 
 
-def get_start_method(allow_none: bool = False) -> str | None:
-    if _start_method[0] is None and not allow_none:
-        _start_method[0] = "fiber"
-    return _start_method[0]
+_concrete_contexts: dict[str, BaseContext] = {
+    "spawn": SpawnContext(), "fork": ForkContext(), "forkserver": ForkServerContext(),
+}
 
 
-def get_all_start_methods() -> list[str]:
-    return list(START_METHODS)
+class DefaultContext(BaseContext):
+    """The context of the module-level functions: its start method is the one
+    :func:`set_start_method` chose, else ``spawn``."""
+
+    def __init__(self, default: BaseContext) -> None:
+        self._default_context = default
+        self._actual_context: BaseContext | None = None
+
+    @property
+    def _name(self) -> str | None:  # type: ignore[override]  # follows the actual context
+        return self.get_start_method(allow_none=True)
+
+    @property
+    def Process(self) -> type:  # noqa: N802 - multiprocessing's name
+        return _process_class(None)
+
+    def get_context(self, method: str | None = None) -> BaseContext:
+        if method is None:
+            if self._actual_context is None:
+                self._actual_context = self._default_context
+            return self._actual_context
+        return super().get_context(method)
+
+    def set_start_method(self, method: str | None, force: bool = False) -> None:
+        if self._actual_context is not None and not force:
+            raise RuntimeError("context has already been set")
+        if method is None and force:
+            self._actual_context = None
+            return
+        self._actual_context = self.get_context(method)
+
+    def get_start_method(self, allow_none: bool = False) -> str | None:
+        if self._actual_context is None:
+            if allow_none:
+                return None
+            self._actual_context = self._default_context
+        return self._actual_context._name
+
+    def __repr__(self) -> str:
+        return f"<fiber default context {self.get_start_method(allow_none=True)!r}>"
 
 
-def freeze_support() -> None:
-    """Accepted for compatibility (does nothing)."""
+_default_context = DefaultContext(_concrete_contexts[DEFAULT_START_METHOD])
+
+get_context = _default_context.get_context
+set_start_method = _default_context.set_start_method
+get_start_method = _default_context.get_start_method
+get_all_start_methods = _default_context.get_all_start_methods
+
+_PROCESS_CLASSES = {"spawn": "SpawnProcess", "fork": "ForkProcess",
+                    "forkserver": "ForkServerProcess"}
 
 
-def set_executable(executable: str) -> None:
-    """Set the Python executable of jobs (the ``python`` setting)."""
-    config.init(python=executable)
+def _process_class(method: str | None) -> type:
+    """``fiber.Process``, or its subclass that records ``method`` (made on first use:
+    defining it imports :mod:`fiber.process`, and so the runtime)."""
+    from fiber.process import Process
+
+    if method is None:
+        return Process
+    name = _PROCESS_CLASSES[method]
+    cls = globals().get(name)
+    if cls is None:
+        cls = type(name, (Process,), {
+            "_start_method": method, "__module__": __name__,
+            "__doc__": f"A fiber Process of a {method!r} context (started as every fiber "
+                       "process is: a job on the selected backend)."})
+        globals()[name] = cls
+    return cls
 
 
-def set_forkserver_preload(module_names: list[str]) -> None:
-    """Accepted for compatibility (does nothing)."""
-
-
-def allow_connection_pickling() -> None:
-    """Accepted for compatibility: fiber connections are always picklable."""
+def __getattr__(name: str) -> Any:
+    """``Process`` and the ``*Process`` classes, made on first use (see above), and
+    ``reducer`` (``multiprocessing.reducer``: the reduction module)."""
+    if name == "reducer":
+        return _default_context.reducer
+    if name == "Process":
+        return _process_class(None)
+    for method, class_name in _PROCESS_CLASSES.items():
+        if name == class_name:
+            return _process_class(method)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -44,8 +44,12 @@ class ConnectionLostError(ConnectionError):
     job was deleted, or its host became unreachable)."""
 
 
-class SerializationError(pickle.PicklingError):
-    """An object cannot be sent to another process."""
+class SerializationError(pickle.PicklingError, TypeError):
+    """An object cannot be sent to another process.
+
+    A :class:`pickle.PicklingError` and a :class:`TypeError`: multiprocessing raises
+    ``TypeError`` for the same objects (``cannot pickle '_thread.lock' object``), so
+    ``except TypeError`` means what it means there."""
 
 
 class RemoteError(Exception):

@@ -49,11 +49,14 @@ if TYPE_CHECKING:
 __all__ = [
     "BaseManager", "SyncManager", "AsyncManager", "AsyncResult", "BaseProxy", "AutoProxy",
     "AsyncBaseProxy", "AsyncAutoProxy", "Namespace", "Token", "RemoteTraceback",
-    "Manager", "shutdown_implicit_manager",
+    "RemoteError", "Manager", "shutdown_implicit_manager",
 ]
 
 Token = stdlib.Token
 Namespace = stdlib.Namespace
+# what a proxy raises when the server reports an error that is not the method's own
+# exception: the server is multiprocessing's, so the class is too
+RemoteError = stdlib.RemoteError
 
 _callable = callable  # register() has an argument named callable
 

@@ -22,11 +22,14 @@ from __future__ import annotations
 import functools
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
+from fiber import util
+from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import config, run
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
@@ -45,6 +48,23 @@ from fiber.wire.protocol import TaskKind
 
 __all__ = ["Pool", "PoolStats", "WorkerStats", "AsyncResult", "ApplyResult", "MapResult",
            "IMapIterator", "IMapUnorderedIterator"]
+
+# multiprocessing.pool's own classes, loaded on first use (5 ms of imports):
+# RemoteTraceback is the ``__cause__`` of a task's exception re-raised in the parent,
+# MaybeEncodingError the error of a task whose result cannot be pickled, and
+# ThreadPool is multiprocessing's pool of threads of this process, as it is
+_FROM_MULTIPROCESSING = ("RemoteTraceback", "MaybeEncodingError", "ThreadPool")
+__all__ += _FROM_MULTIPROCESSING
+
+
+def __getattr__(name: str) -> Any:
+    if name in _FROM_MULTIPROCESSING:
+        import multiprocessing.pool
+
+        value = getattr(multiprocessing.pool, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
@@ -112,7 +132,13 @@ class Pool:
                  initargs: Iterable[Any] = (), maxtasksperchild: int | None = None,
                  context: Any = None, *, min_processes: int | None = None,
                  max_processes: int | None = None,
-                 max_task_attempts: int | None = None) -> None:
+                 max_task_attempts: int | None = None,
+                 error_handling: bool | None = None) -> None:
+        if error_handling is not None:
+            util.warn_deprecated(
+                "Pool(error_handling)",
+                "Pool(error_handling=...) is deprecated and ignored: a fiber Pool always "
+                "recovers from lost workers (their tasks run again, see max_task_attempts)")
         # raise here, not in the threads that start the workers (see Process.start)
         run.check_not_importing_main()
         if processes is None:
@@ -177,6 +203,39 @@ class Pool:
             raise ValueError("Number of processes must be at least 1")
         self._check_size(processes)
         self._worker_set.resize(processes)
+
+    def wait_until_workers_up(self, timeout: float | None = None) -> None:
+        """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started
+        and connected (``TimeoutError`` after ``timeout`` seconds; the pool's error if
+        it breaks). Tasks need no such wait: they go to the first workers that are up;
+        to watch the workers start, poll :meth:`stats` (``starting`` falls to 0)."""
+        util.warn_deprecated(
+            "Pool.wait_until_workers_up",
+            "Pool.wait_until_workers_up() is deprecated: tasks go to the first workers "
+            "that are up; to watch workers start, poll Pool.stats().starting")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                broken = self._scheduler.broken
+                stats = self.stats()
+            if broken is not None:
+                raise broken
+            if stats.starting == 0 and stats.idle + stats.busy >= stats.processes:
+                return
+            if stats.state != "RUN":
+                raise ValueError("Pool not running")
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"{stats.starting} of the pool's {stats.processes} "
+                                   "workers are still starting")
+            time.sleep(0.02)
+
+    def start_workers(self) -> None:
+        """Deprecated (uber/fiber 0.2) and not needed: workers start when the pool is
+        created (and are replaced when lost). Does nothing."""
+        util.warn_deprecated(
+            "Pool.start_workers",
+            "Pool.start_workers() is deprecated and does nothing: a fiber Pool starts "
+            "its workers when it is created")
 
     # -- inspection -----------------------------------------------------------------
     def stats(self) -> PoolStats:

@@ -28,7 +28,7 @@ from fiber.wire.serialization import rebind_main
 if TYPE_CHECKING:  # imported when a process starts (start-up time)
     from fiber.runtime.popen import JobPopen
 
-__all__ = ["Process", "current_process", "parent_process", "active_children"]
+__all__ = ["BaseProcess", "Process", "current_process", "parent_process", "active_children"]
 
 _children: set[Process] = set()
 _counter = itertools.count(1)
@@ -269,6 +269,11 @@ class Process:
             except Exception:  # noqa: BLE001
                 pass
         return exitcode
+
+
+# multiprocessing.process.BaseProcess is the base of every start method's Process;
+# fiber has one Process class (the contexts' SpawnProcess and others subclass it)
+BaseProcess = Process
 
 
 def _exitcode_text(code: int) -> str:

@@ -12,9 +12,9 @@ to another process stays alive until the creator exits).
 
 from __future__ import annotations
 
-import queue
 import weakref
 from collections.abc import Callable
+from queue import Empty, Full  # raised by get and put, as multiprocessing.queues has them
 from typing import Any, TypeVar
 
 from fiber.runtime import run
@@ -34,7 +34,7 @@ from fiber.runtime.mailbox import (
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import MailboxOp as Op
 
-__all__ = ["Queue", "JoinableQueue", "SimpleQueue"]
+__all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full"]
 
 
 class QueueChannel:
@@ -106,7 +106,7 @@ class Queue:
         op = Op.PUT_SHARED if isinstance(data, serialization.Shared) else Op.PUT
         reply = self._endpoint.request(encode(op, wait, data), wait)
         if reply[:1] == FULL:
-            raise queue.Full
+            raise Full
         if reply[:1] != ACCEPTED:
             raise ValueError(f"Queue {self!r} cannot accept items ({reply[:1]!r})")
 
@@ -120,7 +120,7 @@ class Queue:
         if kind == ITEM or kind == SHARED:
             return serialization.loads(memoryview(reply)[1:])
         if kind == EMPTY:
-            raise queue.Empty
+            raise Empty
         raise EOFError if kind == CLOSED else ValueError(f"unexpected reply {kind!r}")
 
     def put_nowait(self, obj: Any) -> None:

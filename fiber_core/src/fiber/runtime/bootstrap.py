@@ -141,10 +141,10 @@ def _prepare(data: dict) -> None:
 
 def _report_failure(client: transport.Client, channel: int, out: _Forwarder,
                     err: _Forwarder) -> int:
-    """The job failed before running its process: print the traceback (the parent
-    shows it, as a spawned multiprocessing child would), send it to the parent."""
+    """The job failed before running its process: send the traceback to the parent,
+    which prints it (once, however many jobs fail alike: a pool's workers all do) and
+    raises it as ProcessStartError. Printed here too, it would show once per job."""
     text = traceback.format_exc()
-    err.write(text)
     out.drain()
     err.drain()
     try:

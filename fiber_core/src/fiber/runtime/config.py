@@ -11,6 +11,11 @@ setting it. In a file, one pair of quotes around a value is removed (``backend =
 "local"`` is ``local``), as users of TOML and shell files write them. A file named by
 ``FIBER_CONFIG_FILE`` must exist; a file that cannot be read or is not UTF-8 text is a
 ``ConfigError`` naming it.
+
+The settings of uber/fiber 0.2 (``cpu_per_job``, ``mem_per_job``, ``default_backend``,
+``default_image``, ``debug``, ``log_file``, ...) are accepted in every source, each with
+a one-time :class:`DeprecationWarning` naming its new spelling (:data:`DEPRECATED`);
+those that mean nothing to this fiber are ignored, with that word.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fiber import util
 from fiber.backend import registry
 from fiber.backend.options import (
     ConfigOption,
@@ -50,6 +56,16 @@ def _nonnegative_float(text: str | int | float) -> float:
     return value
 
 
+def parse_log_level(value: Any) -> str:
+    """A level name (any case) or a :mod:`logging` level number (``logging.INFO``)."""
+    if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
+        name = logging.getLevelName(int(value))
+        if not isinstance(name, str) or name.startswith("Level "):
+            raise ValueError(f"{value} is not a level of the logging module")
+        return name
+    return str(value).upper()
+
+
 CORE_OPTIONS = [
     ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
     ConfigOption("image", str, None, "container image of jobs (container backends)"),
@@ -57,7 +73,7 @@ CORE_OPTIONS = [
     ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts 4G)"),
     ConfigOption("gpu", parse_nonnegative_int, None, "GPUs requested per job"),
     ConfigOption(
-        "log_level", str.upper, "WARNING", "level of the 'fiber' logger",
+        "log_level", parse_log_level, "WARNING", "level of the 'fiber' logger",
         ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
     ),
     ConfigOption("listen_address", str, None,
@@ -78,6 +94,47 @@ CORE_OPTIONS = [
                  "fail at once"),
 ]
 
+
+# uber/fiber 0.2's settings: old name -> (new name, or None when the setting is ignored;
+# what to say about it)
+DEPRECATED: dict[str, tuple[str | None, str]] = {
+    "cpu_per_job": ("cpu", "use 'cpu'"),
+    "mem_per_job": ("memory", "use 'memory' (MiB, or '4G')"),
+    "default_backend": ("backend", "use 'backend'"),
+    "default_image": ("image", "use 'image'"),
+    "debug": ("log_level", "use log_level='DEBUG'"),
+    "log_file": (None, "ignored: fiber logs through the 'fiber' logger; add a handler "
+                       "to it (e.g. fiber.log_to_stderr())"),
+    "merge_output": (None, "ignored: children's output always reaches the parent's "
+                           "(output_prefix names them)"),
+    "ipc_admin_master_port": (None, "ignored: use listen_address"),
+    "ipc_admin_worker_port": (None, "ignored: children always connect to their parent"),
+    "ipc_active": (None, "ignored: children always connect to their parent"),
+    "use_bash": (None, "ignored"),
+    "use_push_queue": (None, "ignored"),
+}
+
+
+def _translate(settings: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``settings`` with uber/fiber 0.2's names replaced by the new ones (warning once
+    per name); a new name given in the same source wins."""
+    if not any(key in DEPRECATED for key in settings):
+        return dict(settings)
+    out = {key: value for key, value in settings.items() if key not in DEPRECATED}
+    for key, value in settings.items():
+        if key not in DEPRECATED:
+            continue
+        new, advice = DEPRECATED[key]
+        util.warn_deprecated(f"setting {key}",
+                             f"fiber setting {key!r} (from {source}) is deprecated: {advice}")
+        if new is None or new in out:
+            continue
+        if key == "debug":
+            if value if isinstance(value, bool) else parse_bool(str(value)):
+                out[new] = "DEBUG"
+            continue
+        out[new] = value
+    return out
 
 
 @dataclass
@@ -183,24 +240,24 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
         cfg.values[name] = opt.default
         cfg.sources[name] = "default"
     for path in config_files():
-        for key, raw in _read_file(path).items():
+        for key, raw in _translate(_read_file(path), str(path)).items():
             if key not in options:
                 raise _unknown(key, str(path), options)
             if not raw:
                 continue  # empty: as if not set
             cfg.values[key] = options[key].convert(raw, str(path))
             cfg.sources[key] = str(path)
-    for var, raw in os.environ.items():
-        if not var.startswith(ENV_PREFIX) or var in NOT_SETTINGS:
-            continue
-        key = var[len(ENV_PREFIX):].lower()
+    from_env = {var[len(ENV_PREFIX):].lower(): raw for var, raw in os.environ.items()
+                if var.startswith(ENV_PREFIX) and var not in NOT_SETTINGS}
+    for key, raw in _translate(from_env, "the environment").items():
+        var = ENV_PREFIX + key.upper()
         if key not in options:
             raise _unknown(key, f"environment variable {var}", options)
         if not raw:
             continue  # FIBER_X= is the same as unset
         cfg.values[key] = options[key].convert(raw, f"environment variable {var}")
         cfg.sources[key] = "environment"
-    for key, raw in (code_settings or {}).items():
+    for key, raw in _translate(code_settings or {}, "fiber.init()").items():
         if key not in options:
             raise _unknown(key, "fiber.init()", options)
         cfg.values[key] = options[key].convert(raw, "fiber.init()")
@@ -235,7 +292,8 @@ def init(**settings: Any) -> Config:
 
 
 def reset() -> None:
-    """Forget code settings and the cached configuration (for tests)."""
+    """Forget the settings given in code; the others are read again when next needed
+    (as uber/fiber's ``fiber.reset()``)."""
     global _current
     with _lock:
         _code_settings.clear()

@@ -29,6 +29,34 @@ from fiber.wire.protocol import Control
 
 logger = logging.getLogger("fiber")
 
+_printed_tracebacks: set[str] = set()
+_printed_lock = threading.Lock()
+
+
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(: |$)")
+
+
+def _exception_line(text: str) -> str:
+    """The first line of the exception a formatted traceback ends with."""
+    lines = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
+    return lines[-1] if lines else (text.splitlines() or ["(no traceback)"])[-1]
+
+
+def _print_job_traceback(text: str) -> None:
+    """Print the traceback of a job that failed while preparing, as a spawned
+    multiprocessing child prints its own, on the parent's stderr (where the job's
+    output goes), once per distinct text: the workers of a pool that cannot start
+    fail alike, and one copy says it all."""
+    with _printed_lock:
+        if text in _printed_tracebacks:
+            return
+        _printed_tracebacks.add(text)
+    try:
+        sys.stderr.write(f"{text}\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):  # stderr closed: the error still carries it
+        pass
+
 LOG_TAIL = 4000
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
@@ -223,11 +251,15 @@ class JobPopen:
         """The bootstrap connected but failed before running the process (importing
         the main module, unpickling the process object); it exits next."""
         job_id = self._job_id()
+        text = text.rstrip()
+        last = _exception_line(text)
+        _print_job_traceback(text)
         self.start_error = ProcessStartError(
             f"{self.process_name}: its {self.backend.name} job {job_id} failed while "
             "preparing to run the process (importing the parent's __main__ module, "
-            f"unpickling the process object):\n{text.rstrip()}", 1, "bootstrap failed", text)
-        logger.debug("%s", self.start_error)  # the job printed the traceback too
+            f"unpickling the process object): {last} (the job's traceback is printed "
+            "above, and is this error's logs)", 1, "bootstrap failed", text)
+        logger.debug("%s", self.start_error)
 
     def wrong_version(self, difference: str) -> None:
         """The job runs another fiber, protocol or Python: it is refused (and exits)."""

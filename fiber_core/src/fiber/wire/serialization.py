@@ -196,19 +196,14 @@ def pack_exception(exc: BaseException) -> bytes:
         return pickle.dumps((remote, tb), PROTOCOL)
 
 
-class RemoteTraceback(Exception):
-    """Attached as ``__cause__`` of a re-raised remote exception, like
-    multiprocessing.pool's, so that the remote traceback is printed."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return self.tb
-
-
 def unpack_exception(payload: bytes) -> BaseException:
+    """The exception of :func:`pack_exception`, with a
+    :class:`multiprocessing.pool.RemoteTraceback` (the very class, exported as
+    ``fiber.pool.RemoteTraceback``) as its ``__cause__``, as multiprocessing.pool's
+    results carry one, so the remote traceback is printed with it."""
+    # lazy: a failure path (5 ms once); the class is missing from typeshed
+    from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]
+
     exc, tb = pickle.loads(payload)
     exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
     return exc

@@ -8,7 +8,8 @@ two changes:
   included) raises :class:`fiber.errors.ConnectionLostError` naming the manager,
   instead of hanging or raising a bare ``EOFError``;
 * an exception raised by a method in the server travels with its formatted traceback,
-  re-raised in the caller with a :class:`RemoteTraceback` as its ``__cause__``.
+  re-raised in the caller with a :class:`RemoteTraceback` as its ``__cause__``
+  (multiprocessing.pool's class, as the pool's remote exceptions carry).
 
 The authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`); the handshake
 is done by the server's handler threads on their side and by :func:`Client` here.
@@ -18,6 +19,9 @@ from __future__ import annotations
 
 import socket
 import traceback
+from multiprocessing.pool import (  # type: ignore[attr-defined]  # missing from typeshed
+    RemoteTraceback,  # loaded by multiprocessing.managers already
+)
 from typing import Any
 
 from fiber.errors import ConnectionLostError
@@ -31,17 +35,6 @@ __all__ = ["SERIALIZER", "CONNECT_TIMEOUT", "DEAD_PEER_TIMEOUT", "RemoteTracebac
 SERIALIZER = "fiber"
 CONNECT_TIMEOUT = 5.0      # seconds to reach a manager's server
 DEAD_PEER_TIMEOUT = 6.0    # a server that stops answering TCP is given up after this
-
-
-class RemoteTraceback(Exception):
-    """The traceback of an exception raised in a manager's server (its ``__cause__``)."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text)
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
 
 
 def _tune(sock: socket.socket) -> None:

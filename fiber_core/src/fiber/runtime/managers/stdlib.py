@@ -75,6 +75,7 @@ from typing import Any
 
 __all__ = [
     "BaseManager", "BaseProxy", "SyncManager", "AutoProxy", "Token", "Namespace", "State",
+    "RemoteError",
     "Connection", "Finalize", "typecode_to_type", "RETURN", "ERROR", "PROXY", "GETVALUE",
     "dispatch", "convert_to_error", "accept_connection", "get_methods", "decref",
     "shutdown_server", "register_serializer", "has_serializer", "client_of",
@@ -123,6 +124,7 @@ SyncManager = _mpm.SyncManager
 AutoProxy = _mpm_undocumented.AutoProxy
 Token = _mpm.Token
 Namespace = _mpm.Namespace
+RemoteError = _mpm.RemoteError  # public: what proxies raise for server errors
 State = _mpm_undocumented.State
 Connection = _mpc.Connection
 Finalize = _mpu.Finalize

@@ -1,0 +1,152 @@
+"""Programs written for uber/fiber 0.2 run: its settings, ``Pool`` arguments and
+methods, ``fiber.experimental.Ring`` and ``fiber.reset()`` work, each old spelling
+with one DeprecationWarning naming the new one; and programs in the shape of its
+documented examples (``tests/uber_examples``) run unchanged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+import fiber
+from fiber.errors import ConfigError
+from fiber.runtime import config
+
+EXAMPLES = Path(__file__).parent.parent / "uber_examples"
+
+
+@pytest.fixture
+def fresh_warnings():
+    """Forget which deprecations were already reported in this process."""
+    from fiber import util
+
+    util._warned.clear()
+    yield
+    util._warned.clear()
+
+
+def test_old_settings_in_code_map_to_new_ones(fresh_config, fresh_warnings):
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = fiber.init(cpu_per_job=2, mem_per_job=512, default_backend="local",
+                         default_image="img:1", log_file="stdout", merge_output=True)
+    assert (cfg.cpu, cfg.memory, cfg.backend, cfg.image) == (2.0, 512, "local", "img:1")
+    text = "\n".join(str(w.message) for w in caught)
+    for old, new in [("cpu_per_job", "'cpu'"), ("mem_per_job", "'memory'"),
+                     ("default_backend", "'backend'"), ("default_image", "'image'"),
+                     ("log_file", "ignored"), ("merge_output", "ignored")]:
+        assert f"'{old}'" in text and new in text, (old, text)
+    # attributed to this caller, not to fiber's code
+    assert {Path(w.filename).name for w in caught} == {Path(__file__).name}
+    # once per spelling
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fiber.init(cpu_per_job=3)
+    assert config.get_config().cpu == 3.0
+
+
+def test_new_spelling_wins_and_debug_and_numeric_log_level(fresh_config, fresh_warnings):
+    import logging
+
+    with pytest.warns(DeprecationWarning):
+        cfg = fiber.init(cpu=4, cpu_per_job=2, debug=True)
+    assert cfg.cpu == 4.0 and cfg.log_level == "DEBUG"
+    cfg = fiber.init(debug=False, log_level=logging.INFO)
+    assert cfg.log_level == "INFO"
+    fiber.reset()
+    assert config.get_config().log_level == "WARNING"
+    assert config.get_config().cpu is None
+
+
+def test_old_settings_from_the_environment(fresh_config, fresh_warnings, monkeypatch):
+    monkeypatch.setenv("FIBER_CPU_PER_JOB", "2")
+    monkeypatch.setenv("FIBER_DEFAULT_BACKEND", "local")
+    monkeypatch.setenv("FIBER_LOG_LEVEL", "debug")
+    with pytest.warns(DeprecationWarning) as caught:
+        cfg = config.get_config()
+    assert sorted(str(w.message).split()[2] for w in caught) == [
+        "'cpu_per_job'", "'default_backend'"]
+    assert all("(from the environment)" in str(w.message) for w in caught)
+    assert (cfg.cpu, cfg.backend, cfg.log_level) == (2.0, "local", "DEBUG")
+    assert cfg.child_env()["FIBER_CPU"] == "2.0"  # children get the new spelling
+    config.reset()
+    monkeypatch.setenv("FIBER_CPU_PER_JOB", "many")
+    with pytest.raises(ConfigError, match="cpu"):
+        config.get_config()
+
+
+def _square(x):
+    return x * x
+
+
+def test_pool_error_handling_and_worker_methods(fresh_warnings):
+    with pytest.warns(DeprecationWarning, match="error_handling"):
+        pool = fiber.Pool(2, error_handling=True)
+    try:
+        with pytest.warns(DeprecationWarning, match="start_workers"):
+            pool.start_workers()
+        with pytest.warns(DeprecationWarning, match=r"stats\(\)"):
+            pool.wait_until_workers_up(timeout=60)
+        stats = pool.stats()
+        assert stats.starting == 0 and stats.idle + stats.busy == 2
+        assert pool.map(_square, range(5)) == [0, 1, 4, 9, 16]
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def test_experimental_ring_is_fibers_ring(fresh_warnings):
+    import fiber.experimental
+
+    with pytest.warns(DeprecationWarning, match="use fiber.Ring"):
+        ring = fiber.experimental.Ring
+    assert ring is fiber.Ring
+    from fiber.experimental import Ring  # no second warning
+
+    assert Ring is fiber.Ring
+
+
+def test_deprecation_shown_to_a_script_by_default(run_script):
+    """Python shows a DeprecationWarning by default only when it is attributed to
+    ``__main__``: fiber's are, so a user of the old spelling sees it, once."""
+    result = run_script(
+        """
+        import fiber
+
+        def f(x):
+            return x + 1
+
+        if __name__ == "__main__":
+            fiber.init(cpu_per_job=1)
+            fiber.init(cpu_per_job=1)
+            with fiber.Pool(1, error_handling=True) as pool:
+                print(pool.apply(f, (1,)))
+        """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "2"
+    assert result.stderr.count("DeprecationWarning") == 2, result.stderr
+    assert "'cpu_per_job' (from fiber.init()) is deprecated: use 'cpu'" in result.stderr
+    assert "error_handling" in result.stderr
+
+
+@pytest.mark.parametrize("script, expected", [
+    ("ex_process.py", ["hello fiber from a fiber process", "exitcode 0"]),
+    ("ex_queue.py", ["doubled [0, 2, 4, 6, 8]"]),
+    ("ex_pi.py", [None, "within 0.1: True"]),
+    ("ex_manager.py", ["shared [(0, 0), (1, 1), (2, 4)]"]),
+    ("ex_async_manager.py", ["stepped [1, 11, 21, 31] True"]),
+])
+def test_uber_fiber_examples_run_unchanged(script, expected, tmp_path):
+    result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True,
+                            text=True, timeout=180, cwd=tmp_path,
+                            env={**os.environ, "FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert len(lines) == len(expected), (result.stdout, result.stderr)
+    for line, want in zip(lines, expected, strict=True):
+        assert want is None or line == want, (result.stdout, result.stderr)
+    assert "Warning" not in result.stderr, result.stderr  # an ordinary run warns not
