@@ -92,12 +92,15 @@ def test_worker_failing_on_import_still_breaks_the_pool(run_script):
                 pool.map(abs, range(10))
             except ProcessStartError as exc:
                 print("broken:", exc)
+                print("logs:", exc.logs)
             pool.terminate()
         """, timeout=120)
     assert result.returncode == 0, result.stderr
     assert "broken:" in result.stdout, result.stdout + result.stderr
     assert "this worker cannot import its main module" in result.stdout
-    assert "Traceback" in result.stdout
+    # the workers' own traceback: in the error's logs, and printed once by the parent
+    assert "Traceback" in result.stdout.split("logs:", 1)[1]
+    assert result.stderr.count("Traceback") == 1, result.stderr
 
 
 def test_pool_survives_its_template_being_killed(run_script):
