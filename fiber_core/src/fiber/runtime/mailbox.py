@@ -114,7 +114,8 @@ class Mailbox:
         self.reader_closed = False  # nobody will read: writers get BrokenPipeError
         self.unfinished = 0  # JoinableQueue
         self._joiners: list[_Waiter] = []
-        self.lock = threading.Lock()
+        # reentrant: a pipe end collected on this thread closes its side from a finalizer
+        self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
         # unread shared-memory items are unlinked when the mailbox goes
         self._finalizer = weakref.finalize(self, _discard_all, self.items, self._putters)

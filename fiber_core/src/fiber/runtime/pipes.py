@@ -56,7 +56,8 @@ class PipeChannel:
         self.local_handles = [0, 0]
         self.in_transit: dict[int, int] = {}  # token of a pickled copy -> its side
         self.remote_peers: list[dict[int, int]] = [{}, {}]  # peer -> handles it holds
-        self.lock = threading.Lock()
+        # reentrant: handles are released by finalizers, which may run inside this lock
+        self.lock = threading.RLock()
 
     def close_side(self, side: int) -> None:
         self.boxes[1 - side].close()  # the other end reads EOF once drained

@@ -84,7 +84,9 @@ class Hub:
         self._stream_channels: set[int] = set()
         self._stream: StreamListener | None = None  # started on first use
         self._ids = itertools.count(1)
-        self._lock = threading.Lock()
+        # reentrant: remove_channel runs from finalizers (a queue or pool collected),
+        # which the garbage collector may run on a thread that holds this lock already
+        self._lock = threading.RLock()
         # pipe id -> True once authenticated, else its handshake
         self._peers: dict[int, HubHandshake | bool] = {}
         self._pipes: dict[int, pynng.Pipe] = {}
