@@ -57,6 +57,8 @@ def train(n_envs: int, timesteps: int, seed: int = 0, n_steps: int = 256) -> dic
     try:
         process_types = sorted({type(p).__module__ + "." + type(p).__name__
                                 for p in env.venv.processes})
+        # SB3 asks for a forkserver context: its Process is a fiber Process (a job)
+        job_backed = all(isinstance(p, fiber.Process) for p in env.venv.processes)
         model = PPO("MlpPolicy", env, n_steps=n_steps, batch_size=64, seed=seed, verbose=0,
                     device="cpu")
         before, _ = evaluate_policy(model, env, n_eval_episodes=10)
@@ -64,7 +66,8 @@ def train(n_envs: int, timesteps: int, seed: int = 0, n_steps: int = 256) -> dic
         model.learn(total_timesteps=timesteps)
         seconds = time.perf_counter() - t0
         after, _ = evaluate_policy(model, env, n_eval_episodes=10)
-        return {"process_types": process_types, "timesteps": int(model.num_timesteps),
+        return {"process_types": process_types, "job_backed": job_backed,
+                "timesteps": int(model.num_timesteps),
                 "train_seconds": seconds, "reward_before": float(before),
                 "reward_after": float(after)}
     finally:

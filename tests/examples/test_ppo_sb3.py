@@ -20,7 +20,9 @@ def test_ppo_trains_with_fiber_environment_processes(tmp_path) -> None:
     proc, result = run_example("ppo_sb3.py", "--envs", "2", "--timesteps", "2048",
                                "--n-steps", "256", tmp_path=tmp_path, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert result["process_types"] == ["fiber.process.Process"]
+    # the context SB3 asks for ("forkserver") makes fiber's Process of that method
+    assert result["process_types"] == ["fiber.context.ForkServerProcess"]
+    assert result["job_backed"] is True
     assert result["timesteps"] >= 2048
     assert 0 < result["reward_after"] <= 500
 
