@@ -21,6 +21,9 @@ name                   value  what runs
                               the jobs the cluster still keeps are freed
 ``LATE_FINALIZERS``      35   :class:`Finalize` objects with a negative ``exitpriority``
 ``MAILBOXES``            30   items no one will read are dropped (their shared memory)
+``SHARED_STATE``         25   the shared objects this process created (locks, values,
+                              arrays, shared memory) stop being served to other hosts,
+                              and their names are unlinked
 ``SHARED_MEMORY``        20   this process's shared-memory segments are unlinked, and
                               those of dead processes swept
 ``CONNECTIONS``          10   connections and listeners are closed
@@ -46,7 +49,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 __all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr",
-           "MANAGERS", "FINALIZERS", "CHILDREN", "LATE_FINALIZERS", "MAILBOXES",
+           "MANAGERS", "FINALIZERS", "CHILDREN", "LATE_FINALIZERS", "MAILBOXES", "SHARED_STATE",
            "SHARED_MEMORY", "CONNECTIONS",
            # multiprocessing.util's names
            "sub_debug", "debug", "info", "sub_warning", "get_temp_dir",
@@ -59,6 +62,7 @@ FINALIZERS = 45
 CHILDREN = 40
 LATE_FINALIZERS = 35
 MAILBOXES = 30
+SHARED_STATE = 25
 SHARED_MEMORY = 20
 CONNECTIONS = 10
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import configparser
 import logging
 import os
+import sys
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -88,6 +89,10 @@ CORE_OPTIONS = [
     ConfigOption("max_task_attempts", parse_positive_int, 3,
                  "times a Pool task may lose its worker before it fails"),
     ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),
+    ConfigOption("shared_memory", parse_bool, True,
+                 "share memory with processes of this host (large queue messages, Lock, "
+                 "Value, Array...); false: use them as processes of another host do, "
+                 "through their creator"),
     ConfigOption("backend_retry_timeout", _nonnegative_float, 180.0,
                  "seconds for which a backend's transient errors (an unreachable or "
                  "overloaded cluster manager) are retried before fiber gives up; 0: "
@@ -263,6 +268,10 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
         cfg.values[key] = options[key].convert(raw, "fiber.init()")
         cfg.sources[key] = "code"
     logging.getLogger("fiber").setLevel(cfg.values.get("log_level") or "WARNING")
+    if not cfg.values.get("shared_memory", True) or "fiber.wire.shm" in sys.modules:
+        from fiber.wire import shm  # imported only when it matters: start-up time
+
+        shm.enable(bool(cfg.values.get("shared_memory", True)))
     return cfg
 
 

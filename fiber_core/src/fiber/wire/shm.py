@@ -32,8 +32,9 @@ killed ones, whether or not it moves large arrays itself), at the main process's
 that creates segments.
 
 "Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
-(:func:`host_token`); anything else falls back to bytes over the wire. Setting
-``_FIBER_SHM=0`` turns the shared-memory path off for a process.
+(:func:`host_token`); anything else falls back to bytes over the wire. The
+``shared_memory`` setting (``FIBER_SHARED_MEMORY=false``, :func:`enable`) turns the
+shared-memory path off for a process and its children.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ THRESHOLD = 1 << 20  # out-of-band bytes of one message from which shared memory
 ALIGN = 64  # buffers start at multiples of this in a segment
 SWEEP_INTERVAL = 60.0
 _NAME = re.compile(r"fiber-(\d+)-(\d+)-(\d+)-[0-9a-f]{16}\Z")
+# shared objects (fiber.synchronize, fiber.sharedctypes, fiber.shared_memory): files
+# and named semaphores ("sem." + name) of their creator
+_STATE_NAME = re.compile(r"(?:sem\.)?fiber-st-(\d+)-(\d+)-[0-9a-f]{16}\Z")
 HEADER = 64  # byte 0: a message is in flight; byte 1: pooled
 IN_FLIGHT, FREE = 1, 0
 POOLED, ONE_OFF = 1, 0
@@ -68,6 +72,7 @@ POOL_MAX_BYTES = 1 << 30  # pooled bytes per sending process
 _lock = threading.Lock()
 _token: bytes | None = None
 _token_known = False
+_disabled = False  # the shared_memory setting is off
 _last_sweep = 0.0
 _used = False  # this process made, opened or kept a segment
 
@@ -77,6 +82,8 @@ class SegmentError(OSError):
 
 
 def _compute_token() -> bytes | None:
+    if _disabled:
+        return None
     if os.environ.get("_FIBER_SHM", "1").strip().lower() in ("0", "off", "no", "false"):
         return None
     try:
@@ -100,6 +107,17 @@ def host_token() -> bytes | None:
                 _token = _compute_token()
                 _token_known = True
     return _token
+
+
+def enable(on: bool) -> None:
+    """Use shared memory with the processes of this host (the ``shared_memory``
+    setting), or not: then this process is "on another host" for every other one."""
+    global _disabled, _token_known
+    with _lock:
+        if _disabled == (not on):
+            return
+        _disabled = not on
+        _token_known = False
 
 
 def set_host_token(token: bytes | None) -> None:
@@ -131,6 +149,39 @@ def _path(name: str) -> str:
 
 def _new_name(owner_pid: int) -> str:
     return f"fiber-{_pidns()}-{owner_pid}-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def state_name() -> str:
+    """A new name for a shared object this process creates: a file of
+    :data:`DIRECTORY`, or a named semaphore (``"/" + name``, whose file is
+    ``sem.<name>``). :func:`sweep` removes it once this process is gone."""
+    return f"fiber-st-{_pidns()}-{os.getpid()}-{secrets.token_hex(8)}"
+
+
+def state_names(pid: int | None = None) -> list[str]:
+    """The files of the shared objects of this pid namespace that exist, or only those
+    created by process ``pid`` (for tests)."""
+    pidns = str(_pidns())
+    try:
+        names = os.listdir(DIRECTORY)
+    except OSError:
+        return []
+    return sorted(name for name in names
+                  if (m := _STATE_NAME.match(name)) and m.group(1) == pidns
+                  and (pid is None or m.group(2) == str(pid)))
+
+
+def _sweep_state(names: Sequence[str], pidns: str) -> int:
+    removed = 0
+    for name in names:
+        match = _STATE_NAME.match(name)
+        if match and match.group(1) == pidns and not _alive(int(match.group(2))):
+            try:
+                os.unlink(_path(name))
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 class _Slot:
@@ -295,7 +346,7 @@ def attach(name: str, size: int) -> mmap.mmap:
         raise SegmentError(
             f"cannot open the shared-memory segment {_path(name)} of a received message: "
             f"{exc}. Its mailbox's process may have exited, or this process does not "
-            "share /dev/shm with the sender (set _FIBER_SHM=0 on both sides to send bytes)"
+            "share /dev/shm with the sender (set FIBER_SHARED_MEMORY=false on both sides to send bytes)"
         ) from None
     try:
         if os.pread(fd, 2, 0)[1:2] != bytes([POOLED]):
@@ -366,8 +417,9 @@ def _alive(pid: int) -> bool:
 def sweep() -> int:
     """Remove the segments (of this pid namespace) that nobody can use any more: a
     one-off message of a mailbox whose process is gone; a pooled segment of a sender
-    that is gone, when it is free and unmapped or its message's mailbox is gone too.
-    Returns how many."""
+    that is gone, when it is free and unmapped or its message's mailbox is gone too;
+    the names of shared objects whose creator is gone (:func:`state_name`: processes
+    that attached to them keep them). Returns how many."""
     global _last_sweep
     _last_sweep = time.monotonic()
     try:
@@ -375,7 +427,7 @@ def sweep() -> int:
         pidns = str(_pidns())
     except OSError:
         return 0
-    removed = 0
+    removed = _sweep_state(names, pidns)
     for name in names:
         match = _NAME.match(name)
         if not match or match.group(1) != pidns:

@@ -71,11 +71,12 @@ class ClientConnection(stdlib.Connection):
     its traceback as ``__cause__``."""
 
     address: tuple = ()
+    server = "the manager"  # what serves the objects, as error messages name it
 
     def _lost(self, exc: BaseException) -> ConnectionLostError:
         host, port = self.address[:2] if self.address else ("?", "?")
         return ConnectionLostError(
-            f"the manager at {host}:{port} is gone ({type(exc).__name__}: {exc}); its "
+            f"{self.server} at {host}:{port} is gone ({type(exc).__name__}: {exc}); its "
             "process has ended or its host is unreachable")
 
     # the lowest level: also covers send_bytes/recv_bytes (the authkey handshake)
@@ -134,19 +135,21 @@ class Listener:
 
 
 def Client(address: tuple, family: str | None = None,
-           authkey: bytes | None = None) -> ClientConnection:
-    """Connect to a manager's server (``Client`` of the "fiber" serializer)."""
+           authkey: bytes | None = None, *, server: str = "the manager") -> ClientConnection:
+    """Connect to a manager's server (``Client`` of the "fiber" serializer); errors
+    name what serves there as ``server`` says."""
     host, port = address[:2]
     try:
         sock = socket.create_connection((host, port), timeout=CONNECT_TIMEOUT)
     except OSError as exc:
         raise ConnectionLostError(
-            f"cannot reach the manager at {host}:{port} ({exc}): its process has ended, "
+            f"cannot reach {server} at {host}:{port} ({exc}): its process has ended, "
             "or this host cannot reach that address (see the listen_address setting)"
         ) from None
     sock.settimeout(None)
     _tune(sock)
     conn = ClientConnection(sock.detach())
+    conn.server = server
     conn.address = tuple(address)
     if authkey is not None:
         try:

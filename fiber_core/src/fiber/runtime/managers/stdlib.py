@@ -14,6 +14,9 @@ Taken from :mod:`multiprocessing.managers`
     fiber's managers and proxies subclass the first two; ``SyncManager``'s registry
     (the private ``SyncManager._registry``) is the list of types fiber's SyncManager
     serves; ``AutoProxy`` marks the entries of that registry that use auto proxies.
+  ``Server`` (undocumented)
+    the server of a manager: a process that creates shared objects serves them to
+    other hosts with one, in a thread of its own (:mod:`fiber.runtime.shared.served`).
   ``Token``, ``Namespace``, ``State`` (undocumented)
     a proxy's reference to its object; the namespace type; a manager's states.
   ``dispatch``, ``convert_to_error`` (undocumented)
@@ -74,8 +77,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 __all__ = [
-    "BaseManager", "BaseProxy", "SyncManager", "AutoProxy", "Token", "Namespace", "State",
-    "RemoteError",
+    "BaseManager", "BaseProxy", "SyncManager", "AutoProxy", "Server", "Token", "Namespace",
+    "State", "RemoteError",
     "Connection", "Finalize", "typecode_to_type", "RETURN", "ERROR", "PROXY", "GETVALUE",
     "dispatch", "convert_to_error", "accept_connection", "get_methods", "decref",
     "shutdown_server", "register_serializer", "has_serializer", "client_of",
@@ -89,7 +92,7 @@ def _check() -> None:
     a name this module takes."""
     wanted: list[tuple[Any, str, Iterable[str]]] = [
         (_mpm, "multiprocessing.managers",
-         ("BaseManager", "BaseProxy", "SyncManager", "AutoProxy", "Token", "Namespace",
+         ("BaseManager", "BaseProxy", "SyncManager", "AutoProxy", "Server", "Token", "Namespace",
           "State", "dispatch", "convert_to_error", "listener_client", "RebuildProxy")),
         (_mpm.BaseManager, "multiprocessing.managers.BaseManager", ("_run_server",)),
         (_mpm.SyncManager, "multiprocessing.managers.SyncManager", ("_registry",)),
@@ -122,6 +125,7 @@ BaseManager = _mpm.BaseManager
 BaseProxy = _mpm.BaseProxy
 SyncManager = _mpm.SyncManager
 AutoProxy = _mpm_undocumented.AutoProxy
+Server = _mpm_undocumented.Server
 Token = _mpm.Token
 Namespace = _mpm.Namespace
 RemoteError = _mpm.RemoteError  # public: what proxies raise for server errors
