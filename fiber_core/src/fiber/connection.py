@@ -65,6 +65,7 @@ class Connection:
             with channel.lock:
                 channel.local_handles[side] += 1
             self._finalizer = weakref.finalize(self, channel.release_local, side)
+            self._finalizer.atexit = False  # children may use it until fiber's exit path
         else:
             self._finalizer = None
 

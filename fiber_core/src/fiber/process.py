@@ -249,7 +249,12 @@ class Process:
                 self.run()
                 exitcode = 0
             finally:
+                # the exit path of a job (which leaves by os._exit, without atexit):
+                # children joined, then its queues' unread items, its shared objects
+                # and segments released, in fiber.util's order; its connections stay
+                # open for the last report to its parent
                 _exit_function()
+                util.run_exit_callbacks(down_to=util.CONNECTIONS)
         except SystemExit as exc:
             if exc.code is None:
                 exitcode = 0

@@ -70,6 +70,7 @@ class Queue:
         cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))  # its items go with it
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
+        self._finalizer.atexit = False  # children may use it until fiber's exit path
 
     def _attach(self, address: str, cid: int, maxsize: int) -> None:
         self._maxsize = maxsize

@@ -78,6 +78,13 @@ _registered = False
 _exiting = False
 
 
+class _Anchor:
+    """An object that lives as long as the process (see :func:`at_exit`)."""
+
+
+_anchor = _Anchor()
+
+
 def at_exit(name: str, priority: int, callback: Callable[[], None]) -> None:
     """Run ``callback()`` when the process exits, before every callback of a lower
     ``priority``. ``name`` identifies the callback: registering a name again replaces
@@ -86,18 +93,28 @@ def at_exit(name: str, priority: int, callback: Callable[[], None]) -> None:
     with _lock:
         _callbacks[name] = (priority, callback)
         if not _registered:
+            # weakref.finalize's own exit hook (it calls the finalizers still alive,
+            # and makes every later call of one a no-op) must run after fiber's exit
+            # path, which joins children that may still use what those finalizers
+            # release: atexit runs last-registered first, so weakref's goes in first
+            weakref.finalize(_anchor, int).atexit = False
             atexit.register(run_exit_callbacks)
             _registered = True
 
 
-def run_exit_callbacks() -> None:
-    """Run every registered callback once, highest priority first (the exit path).
-    A callback that raises is logged at debug level; the others still run."""
+def run_exit_callbacks(down_to: int | None = None) -> None:
+    """Run every registered callback once, highest priority first (the exit path);
+    with ``down_to``, only those of a higher priority (a job, which leaves by
+    ``os._exit``, keeps its connections for its last report). A callback that raises
+    is logged at debug level; the others still run."""
     global _exiting
     _exiting = True
     with _lock:
-        ordered = sorted(_callbacks.items(), key=lambda item: -item[1][0])
-        _callbacks.clear()
+        ordered = sorted(((name, entry) for name, entry in _callbacks.items()
+                          if down_to is None or entry[0] > down_to),
+                         key=lambda item: -item[1][0])
+        for name, _ in ordered:
+            del _callbacks[name]
     for name, (_, callback) in ordered:
         try:
             callback()

@@ -119,6 +119,9 @@ class Mailbox:
         self.cond = threading.Condition(self.lock)
         # unread shared-memory items are unlinked when the mailbox goes
         self._finalizer = weakref.finalize(self, _discard_all, self.items, self._putters)
+        # not at interpreter exit: weakref's exit hook may run before fiber's exit path
+        # has joined the children that still read this mailbox (_drop_all runs after)
+        self._finalizer.atexit = False
         if not _mailboxes:
             util.at_exit("mailboxes", util.MAILBOXES, _drop_all)
         _mailboxes.add(self)

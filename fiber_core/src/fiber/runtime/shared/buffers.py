@@ -68,7 +68,9 @@ class SharedBuffer:
             raise
         os.close(fd)
         self.name, self.size, self.created = name, size, True
-        weakref.finalize(self, _unlink, name)
+        # at exit, unlink_all() does it after the children were joined (weakref's own
+        # exit hook could run before fiber's exit path)
+        weakref.finalize(self, _unlink, name).atexit = False
 
     @classmethod
     def attach(cls, name: str, size: int) -> SharedBuffer:
