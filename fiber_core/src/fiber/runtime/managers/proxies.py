@@ -138,11 +138,20 @@ class AsyncResult:
 
 class AsyncLine:
     """One proxy's own connection: requests are sent at once, replies are read in
-    order by whoever waits for one."""
+    order by whoever waits for one.
+
+    The line keeps what it needs of its proxy, never the proxy itself: the proxy's
+    finalizer holds the line, so a line holding its proxy would keep the proxy, its
+    manager and the manager's server alive until the program exits."""
 
     def __init__(self, proxy: AsyncBaseProxy) -> None:
-        self._proxy = proxy
-        self.conn = proxy._Client(proxy._token.address, authkey=proxy._authkey)
+        self._ident = proxy._id
+        self._address = proxy._token.address
+        self._serializer = proxy._serializer
+        self._authkey = proxy._authkey
+        self._client = proxy._Client
+        self._manager = proxy._manager
+        self.conn = self._client(self._address, authkey=self._authkey)
         stdlib.accept_connection(self.conn, "AsyncLine")
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
@@ -152,7 +161,7 @@ class AsyncLine:
         """Send one method call; its result arrives in the handle returned."""
         handle = AsyncResult(self, methodname)
         with self._send_lock:
-            self.conn.send((self._proxy._id, methodname, args, kwds))
+            self.conn.send((self._ident, methodname, args, kwds))
             self._pending.append(handle)
         return handle
 
@@ -177,16 +186,19 @@ class AsyncLine:
             return result, None
         if kind == PROXY:
             exposed, token = result
-            manager = self._proxy._manager
+            manager = self._manager
             if manager is None:
                 return None, ProcessError("a proxy received from another process cannot "
                                           "create new proxies (no manager here)")
             proxytype = manager._registry[token.typeid][-1]
-            token.address = self._proxy._token.address
-            proxy = proxytype(token, self._proxy._serializer, manager=manager,
-                              authkey=self._proxy._authkey, exposed=exposed)
-            conn = self._proxy._Client(token.address, authkey=self._proxy._authkey)
-            stdlib.decref(conn, token.id)
+            token.address = self._address
+            proxy = proxytype(token, self._serializer, manager=manager,
+                              authkey=self._authkey, exposed=exposed)
+            conn = self._client(token.address, authkey=self._authkey)
+            try:
+                stdlib.decref(conn, token.id)
+            finally:
+                conn.close()
             return proxy, None
         return None, stdlib.convert_to_error(kind, result)
 
