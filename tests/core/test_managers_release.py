@@ -52,6 +52,7 @@ def _use_and_drop(manager_class: type) -> int:
     values = [thing.get() for thing in things]
     if manager_class is ThingAsyncManager:
         values = [handle.get(60) for handle in values]
+        things[1].get()  # a handle dropped unread
     assert values == [0, 1, 2]
     return manager._process.pid
 
