@@ -1,11 +1,17 @@
 """fiber.managers on the selected backend: SyncManager's types (adapted from the
-multiprocessing documentation's examples), BaseManager.register of a user class,
+multiprocessing documentation's examples), the same calls on a real
+multiprocessing.Manager() giving the same results (acquire's arguments, Event,
+Condition, Barrier, reprs), BaseManager.register of a user class,
 AsyncManager's parallel method calls, the implicit Lock/Value/... without a manager,
 remote exceptions with their traceback, and a dead manager failing calls promptly."""
 
 from __future__ import annotations
 
+import functools
+import gc
+import multiprocessing
 import queue
+import re
 import threading
 import time
 
@@ -198,6 +204,197 @@ def test_manager_as_context_manager():
     assert not process.is_alive()
 
 
+# -- the same calls on multiprocessing's manager give the same results --------------------
+@pytest.fixture(scope="module")
+def mp_manager():
+    m = multiprocessing.Manager()
+    yield m
+    m.shutdown()
+
+
+def _outcomes(calls):
+    """What each call returns, or the type and text of what it raises."""
+    result = []
+    for call in calls:
+        try:
+            result.append(call())
+        except Exception as exc:  # noqa: BLE001 - the outcome is what is compared
+            result.append((type(exc).__name__, str(exc)))
+    return result
+
+
+def _acquirer_calls(make):
+    lock = make()
+    return _outcomes([
+        lambda: lock.acquire(timeout=0.1), lambda: lock.acquire(True, 0.1),
+        lambda: lock.acquire(blocking=False), lambda: lock.acquire(False, 1),
+        lock.release, lambda: lock.acquire(blocking=False), lock.release, lock.release])
+
+
+@pytest.mark.parametrize("typeid, expected", [
+    ("Lock", [True, False, False, ("ValueError", "can't specify a timeout for a "
+                                                 "non-blocking call"),
+              None, True, None, ("RuntimeError", "release unlocked lock")]),
+    ("RLock", [True, True, True, ("ValueError", "can't specify a timeout for a "
+                                                "non-blocking call"),
+               None, True, None, None]),
+    ("Semaphore", [True, False, False, ("ValueError", "can't specify timeout for "
+                                                      "non-blocking acquire"),
+                   None, True, None, None]),
+    ("BoundedSemaphore", [True, False, False, ("ValueError", "can't specify timeout for "
+                                                             "non-blocking acquire"),
+                          None, True, None,
+                          ("ValueError", "Semaphore released too many times")]),
+])
+def test_acquire_and_release_as_multiprocessing(manager, mp_manager, typeid, expected):
+    assert _acquirer_calls(getattr(mp_manager, typeid)) == expected
+    assert _acquirer_calls(getattr(manager, typeid)) == expected
+
+
+def _synchronized_calls(value):
+    return _outcomes([
+        lambda: value.acquire(timeout=0.1), lambda: value.acquire(block=False),
+        lambda: value.acquire(False, 1), lambda: value.acquire(True, 0.1), value.acquire,
+        *[value.release] * 5])
+
+
+def test_synchronized_value_acquire_as_multiprocessing(manager):
+    """fiber's SyncManager.SynchronizedValue/Array take ``acquire``'s arguments as
+    multiprocessing.Value's does (``block``, and a timeout only a blocking call uses)."""
+    expected = [True] * 5 + [None] * 5
+    assert _synchronized_calls(multiprocessing.Value("i", 1)) == expected
+    assert _synchronized_calls(manager.SynchronizedValue("i", 1)) == expected
+    assert _synchronized_calls(manager.SynchronizedArray("i", 2)) == expected
+
+
+def _event_and_condition_calls(m):
+    event, cond = m.Event(), m.Condition()
+
+    def under(cond, call):
+        with cond:
+            return call()
+
+    return _outcomes([
+        lambda: event.wait(0.1), event.is_set, event.set, lambda: event.wait(0.1),
+        lambda: event.wait(), event.clear, lambda: event.wait(0),
+        lambda: under(cond, lambda: cond.wait(0.1)),
+        lambda: under(cond, lambda: cond.wait_for(lambda: False, 0.1)),
+        lambda: under(cond, lambda: cond.wait_for(lambda: 5, 0.1)),
+        lambda: under(cond, lambda: cond.notify(2)),
+        lambda: under(cond, cond.notify_all), cond.notify])
+
+
+def test_event_and_condition_as_multiprocessing(manager, mp_manager):
+    expected = [False, False, None, True, True, None, False, False, False, 5, None, None,
+                ("RuntimeError", "cannot notify on un-acquired lock")]
+    assert _event_and_condition_calls(mp_manager) == expected
+    assert _event_and_condition_calls(manager) == expected
+
+
+def _barrier_calls(m):
+    ran = m.list()
+    barrier = m.Barrier(1, action=functools.partial(ran.append, "action"), timeout=0.1)
+    pair = m.Barrier(2, timeout=0.1)
+    return _outcomes([
+        lambda: barrier.wait(), lambda: barrier.wait(5), lambda: list(ran),
+        lambda: (pair.parties, pair.n_waiting, pair.broken),
+        pair.wait,  # the other party never comes: the barrier's timeout breaks it
+        lambda: pair.broken, pair.reset, lambda: pair.broken, pair.abort,
+        lambda: pair.wait(5), lambda: pair.broken])
+
+
+def test_barrier_as_multiprocessing(manager, mp_manager):
+    expected = [0, 0, ["action", "action"], (2, 0, False), ("BrokenBarrierError", ""),
+                True, None, False, None, ("BrokenBarrierError", ""), True]
+    assert _barrier_calls(mp_manager) == expected
+    assert _barrier_calls(manager) == expected
+
+
+def _mask(text):
+    return re.sub(r"0x[0-9a-f]+", "0x?", text)
+
+
+def _reprs(m):
+    objects = [m.Lock(), m.RLock(), m.Semaphore(2), m.BoundedSemaphore(2), m.Condition(),
+               m.Event(), m.Barrier(2), m.Namespace(), m.list(), m.dict(), m.Value("i", 1),
+               m.Array("i", [1]), m.Queue(), m.JoinableQueue()]
+    return [(_mask(repr(obj)), _mask(str(obj))) for obj in objects]
+
+
+def test_proxy_reprs_as_multiprocessing(manager, mp_manager):
+    expected = _reprs(mp_manager)
+    assert expected[0] == ("<AcquirerProxy object, typeid 'Lock' at 0x?>",
+                           "<unlocked _thread.lock object at 0x?>")
+    assert expected[4][0] == "<ConditionProxy object, typeid 'Condition' at 0x?>"
+    assert _reprs(manager) == expected
+
+
+def _wait_at(barrier, results):
+    try:
+        results.append(barrier.wait())
+    except threading.BrokenBarrierError:
+        results.append("broken")
+
+
+def test_barrier_across_processes_action_abort_and_reset(manager):
+    ran, results = manager.list(), manager.list()
+    barrier = manager.Barrier(3, action=functools.partial(ran.append, 1))
+    procs = [fiber.Process(target=_wait_at, args=(barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    index = barrier.wait(120)
+    for p in procs:
+        p.join(120)
+    assert sorted([index, *results]) == [0, 1, 2] and list(ran) == [1]
+    # a second generation, aborted while two waiters are in it
+    del results[:]
+    procs = [fiber.Process(target=_wait_at, args=(barrier, results)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 120
+    while barrier.n_waiting < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert barrier.n_waiting == 2
+    barrier.abort()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]
+    assert list(results) == ["broken", "broken"] and barrier.broken
+    assert list(ran) == [1]  # the aborted generation ran no action
+    barrier.reset()
+    assert not barrier.broken and barrier.n_waiting == 0
+
+
+def _notified(cond, ready, woke):
+    with cond:
+        ready.append(1)
+        cond.wait(120)
+        woke.append(1)
+
+
+def test_condition_notify_n_and_all_across_processes(manager):
+    cond, ready, woke = manager.Condition(), manager.list(), manager.list()
+    procs = [fiber.Process(target=_notified, args=(cond, ready, woke)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 120
+    while True:
+        with cond:  # both have said ready under the lock: both wait now
+            if len(ready) == 2 or time.monotonic() > deadline:
+                cond.notify(1)
+                break
+        time.sleep(0.05)
+    while len(woke) < 1 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    assert len(woke) == 1, "notify(1) must wake one waiter, not both"
+    with cond:
+        cond.notify_all()
+    for p in procs:
+        p.join(120)
+    assert len(woke) == 2 and [p.exitcode for p in procs] == [0, 0]
+
+
 # -- BaseManager.register ----------------------------------------------------------------
 class Counter:
     def __init__(self, start=0):
@@ -229,6 +426,8 @@ def _add_to(counter, n):
 def test_register_user_class_and_share_its_proxy():
     with CounterManager() as m:
         counter = m.Counter(10)
+        assert re.fullmatch(r"<AutoProxy\[Counter\] object, typeid 'Counter' at 0x[0-9a-f]+>",
+                            repr(counter))
         assert counter.add(5) == 15
         _run(_add_to, counter, 5, n=2)
         assert counter.get() == 25
@@ -325,6 +524,20 @@ def test_async_manager_hundred_steps_and_ordering():
         with pytest.raises(fiber.TimeoutError):
             slow.get(timeout=0.2)
         assert not slow.ready()
+    finally:
+        manager.shutdown()
+
+
+def test_async_results_dropped_or_outliving_their_proxy():
+    manager = MyManager()
+    manager.start()
+    try:
+        env = manager.Env(0.0)
+        env.step(0)  # its handle is dropped unread: the reply is discarded in turn
+        assert env.step(7).get(60) == (2, 7.0, False, {})
+        pending = manager.Env(0.3).step(5)  # the proxy is dropped at once
+        gc.collect()
+        assert pending.get(60) == (1, 5.0, False, {})
     finally:
         manager.shutdown()
 

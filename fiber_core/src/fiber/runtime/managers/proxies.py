@@ -92,10 +92,12 @@ class BaseProxy(FiberProxyMixin, stdlib.BaseProxy):
 
 class AsyncResult:
     """The handle an :class:`~fiber.managers.AsyncManager` proxy's method returns at
-    once."""
+    once. Until its outcome has arrived it holds its proxy, so the object the call
+    runs on stays in the server even if the proxy itself was dropped."""
 
-    def __init__(self, line: AsyncLine, methodname: str) -> None:
+    def __init__(self, line: AsyncLine, methodname: str, proxy: Any) -> None:
         self._line = line
+        self._proxy = proxy
         self._methodname = methodname
         self._done = False
         self._value: Any = None
@@ -130,6 +132,7 @@ class AsyncResult:
 
     def _set(self, value: Any = None, error: BaseException | None = None) -> None:
         self._value, self._error, self._done = value, error, True
+        self._proxy = None
 
     def __repr__(self) -> str:
         state = "ready" if self._done else "pending"
@@ -138,22 +141,34 @@ class AsyncResult:
 
 class AsyncLine:
     """One proxy's own connection: requests are sent at once, replies are read in
-    order by whoever waits for one."""
+    order by whoever waits for one.
+
+    The line keeps what it needs of its proxy, never the proxy itself (the proxy's
+    finalizer, which closes the line, holds it: a line holding its proxy would keep
+    the proxy, its manager and the manager's server alive until the program exits),
+    and its pending handles only weakly (a handle holds its proxy, which holds the
+    line): a handle dropped unread has its reply read and discarded in turn."""
 
     def __init__(self, proxy: AsyncBaseProxy) -> None:
-        self._proxy = proxy
-        self.conn = proxy._Client(proxy._token.address, authkey=proxy._authkey)
+        self._ident = proxy._id
+        self._address = proxy._token.address
+        self._serializer = proxy._serializer
+        self._authkey = proxy._authkey
+        self._client = proxy._Client
+        self._manager = proxy._manager
+        self.conn = self._client(self._address, authkey=self._authkey)
         stdlib.accept_connection(self.conn, "AsyncLine")
         self._send_lock = threading.Lock()
         self._recv_lock = threading.Lock()
-        self._pending: collections.deque[AsyncResult] = collections.deque()
+        self._pending: collections.deque[weakref.ref[AsyncResult]] = collections.deque()
 
-    def call(self, methodname: str, args: tuple, kwds: dict) -> AsyncResult:
-        """Send one method call; its result arrives in the handle returned."""
-        handle = AsyncResult(self, methodname)
+    def call(self, proxy: Any, methodname: str, args: tuple, kwds: dict) -> AsyncResult:
+        """Send one method call of ``proxy``; its result arrives in the handle
+        returned."""
+        handle = AsyncResult(self, methodname, proxy)
         with self._send_lock:
-            self.conn.send((self._proxy._id, methodname, args, kwds))
-            self._pending.append(handle)
+            self.conn.send((self._ident, methodname, args, kwds))
+            self._pending.append(weakref.ref(handle))
         return handle
 
     def collect(self, handle: AsyncResult, timeout: float | None) -> None:
@@ -170,29 +185,39 @@ class AsyncLine:
                 except ConnectionLostError as exc:
                     self._fail_all(exc)
                     raise
-                self._pending.popleft()._set(*self._outcome(kind, result))
+                # a dropped handle's reply is still read (and a proxy it brings made,
+                # so that its object is released in the server)
+                outcome = self._outcome(kind, result)
+                waiting = self._pending.popleft()()
+                if waiting is not None:
+                    waiting._set(*outcome)
 
     def _outcome(self, kind: str, result: Any) -> tuple[Any, BaseException | None]:
         if kind == RETURN:
             return result, None
         if kind == PROXY:
             exposed, token = result
-            manager = self._proxy._manager
+            manager = self._manager
             if manager is None:
                 return None, ProcessError("a proxy received from another process cannot "
                                           "create new proxies (no manager here)")
             proxytype = manager._registry[token.typeid][-1]
-            token.address = self._proxy._token.address
-            proxy = proxytype(token, self._proxy._serializer, manager=manager,
-                              authkey=self._proxy._authkey, exposed=exposed)
-            conn = self._proxy._Client(token.address, authkey=self._proxy._authkey)
-            stdlib.decref(conn, token.id)
+            token.address = self._address
+            proxy = proxytype(token, self._serializer, manager=manager,
+                              authkey=self._authkey, exposed=exposed)
+            conn = self._client(token.address, authkey=self._authkey)
+            try:
+                stdlib.decref(conn, token.id)
+            finally:
+                conn.close()
             return proxy, None
         return None, stdlib.convert_to_error(kind, result)
 
     def _fail_all(self, exc: BaseException) -> None:
         while self._pending:
-            self._pending.popleft()._set(error=exc)
+            waiting = self._pending.popleft()()
+            if waiting is not None:
+                waiting._set(error=exc)
 
     def close(self) -> None:
         """Close the connection (when the proxy is collected)."""
@@ -215,7 +240,7 @@ class AsyncBaseProxy(BaseProxy):
                 if line is None:
                     line = self.__dict__["_fiber_line"] = AsyncLine(self)
                     weakref.finalize(self, line.close)
-        return line.call(methodname, tuple(args), dict(kwds or {}))
+        return line.call(self, methodname, tuple(args), dict(kwds or {}))
 
     def _getvalue(self) -> AsyncResult:
         return self._callmethod(stdlib.GETVALUE)

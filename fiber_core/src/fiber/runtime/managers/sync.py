@@ -115,8 +115,12 @@ class _SynchronizedMixin:
             self._lock_proxy = self._callmethod("get_lock")
         return self._lock_proxy
 
-    def acquire(self, *args: Any) -> bool:
-        return self.get_lock().acquire(*args)
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        """As a multiprocessing ``Synchronized`` value's: ``block``, and a ``timeout``
+        that only a blocking call uses."""
+        if not block or timeout is None:
+            return self.get_lock().acquire(block)
+        return self.get_lock().acquire(True, timeout)
 
     def release(self) -> None:
         self.get_lock().release()
