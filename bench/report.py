@@ -159,7 +159,7 @@ def markdown(data: dict) -> str:
         lines += _table(["target", "fiber", "met?", f"{BASELINE}, same run"], rows)
     lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
-              *_backends(data), "", *_startup(data), ""]
+              *_backends(data), "", *_startup(data), "", *_shared(data), ""]
     return "\n".join(lines)
 
 
@@ -318,6 +318,55 @@ def _startup(data: dict) -> list[str]:
                          _fmt(proc) + _ratio(proc, m.get("process_ms/multiprocessing"))])
         out += _table(["", "import, ms", "process, ms"], rows)
     out += _errors_for(data, ["startup"], [f] if f else [])
+    return out
+
+
+_SHARED_ROWS = (("lock", "Lock acquire + release"), ("value_read", "Value read"),
+                ("value_incr", "Value locked increment"),
+                ("array_slice", "Array slice of 1,000 doubles"),
+                ("event", "Event set + is_set"))
+
+
+def _shared(data: dict) -> list[str]:
+    f = _fiber_name(data)
+    m = data["summary"]["medians"].get("shared", {}).get(f or "")
+    cfg = data["meta"]["config"]
+    out = ["## 9. Shared state", "",
+           "A child process uses a `Lock`, `Value('d')`, `Array('d', 1000)` and `Event` "
+           "its parent made: multiprocessing's (fork context), fiber's on the same host "
+           "(shared memory), and fiber's through their creator (the child's "
+           "`shared_memory` setting off, as a child on another host uses them). Microseconds "
+           "per operation, timed in the child over "
+           f"{cfg.get('shared_budget', '?')} s; medians of {cfg.get('shared_reps', '?')} "
+           "interleaved repetitions. Bars (issue #14): fiber on one host within 3x of "
+           "multiprocessing; through the creator within 1.5x of the pool's "
+           "`apply_async(...).get()` round trip, measured in the same run. The program: "
+           "4 processes x 1,000 locked increments of one Value, from the start "
+           "signal to the last one done, ms.", ""]
+    if not m:
+        out.append("Not measured in this run.")
+        out += _errors_for(data, ["shared"], [f] if f else [])
+        return out
+    pool = m.get("us/pool_roundtrip/fiber")
+
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    rows = []
+    for key, label in _SHARED_ROWS:
+        mp, fb, cr = (m.get(f"us/{key}/{p}") for p in
+                      ("multiprocessing", "fiber", "fiber-creator"))
+        rows.append([label, _fmt(mp), _fmt(fb) + _ratio(fb, mp),
+                     met(bool(fb and mp and fb <= 3 * mp)),
+                     _fmt(cr) + _ratio(cr, pool), met(bool(cr and pool and cr <= 1.5 * pool))])
+    mp, fb, cr = (m.get(f"ms/program/{p}") for p in
+                  ("multiprocessing", "fiber", "fiber-creator"))
+    rows.append(["program (ms)", _fmt(mp), _fmt(fb) + _ratio(fb, mp),
+                 met(bool(fb and mp and fb <= 3 * mp)), _fmt(cr), "-"])
+    out += _table(["operation", "multiprocessing, us", "fiber, us (x mp)", "<= 3x?",
+                   "fiber via creator, us (x pool round trip)", "<= 1.5x?"], rows)
+    out += ["", f"Pool round trip (`fiber.Pool(1).apply_async(int).get()`): {_fmt(pool)} us."]
+    out += _errors_for(data, ["shared"], [f] if f else [])
     return out
 
 

@@ -36,6 +36,7 @@ MODES: dict[str, dict] = {
         "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
+        "shared_reps": 1, "shared_budget": 0.05,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -51,6 +52,8 @@ MODES: dict[str, dict] = {
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
         # import fiber / multiprocessing: fresh interpreters per repetition (a few seconds)
         "startup_samples": 10,
+        # shared state: each operation timed over shared_budget seconds in a child
+        "shared_reps": 3, "shared_budget": 0.2,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -61,12 +64,14 @@ MODES: dict[str, dict] = {
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
+        "shared_reps": 5, "shared_budget": 0.5,
     },
 }
 # Benchmark kinds and which contenders take part in each.
 IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
-KINDS = ("pool", "scale", "ipc", "startup")
+# "shared": fiber only; its run measures multiprocessing's shared objects too
+KINDS = ("pool", "scale", "ipc", "startup", "shared")
 
 
 def _env() -> dict[str, str]:
@@ -120,7 +125,8 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     """The contenders of each benchmark kind (of ``kinds``, default all), a status note
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
-    jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": []}
+    jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
+                                  "shared": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -138,6 +144,8 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
                                       note=why + "; its Pipe/Queue/Process were measured")
         if c.name.startswith("fiber") and not c.missing("startup"):
             jobs["startup"].append(c.name)
+            if c.name == "fiber":  # the local backend: one host, as the rows mean
+                jobs["shared"].append(c.name)
     jobs["ipc"].append("memcpy")
     if kinds is not None:
         jobs = {k: v for k, v in jobs.items() if k in kinds}

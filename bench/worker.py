@@ -162,7 +162,17 @@ def run_startup(name: str, cfg: dict, result: dict) -> None:
     _record(result, "startup", lambda: startup.measure(cfg["startup_samples"]))
 
 
-KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup}
+def run_shared(name: str, cfg: dict, result: dict) -> None:
+    """Locks, values, arrays and events used by a child: multiprocessing, fiber on one
+    host and fiber through the creator (all measured in this one run, interleaved)."""
+    from bench import shared
+
+    _record(result, "shared", lambda: shared.measure(cfg["shared_reps"],
+                                                     cfg["shared_budget"]))
+
+
+KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
+         "shared": run_shared}
 
 
 def main(argv: list[str]) -> int:

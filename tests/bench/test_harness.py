@@ -58,6 +58,7 @@ def test_every_contender_ran(smoke: tuple) -> None:
     assert ("ipc", "memcpy") in ran
     if "fiber" in CONTENDERS:
         assert ("startup", "fiber") in ran
+        assert ("shared", "fiber") in ran
 
 
 def test_metadata_describes_the_run(smoke: tuple) -> None:
@@ -91,6 +92,13 @@ def test_measurements_are_physically_possible(smoke: tuple) -> None:
             # the import happens inside the process whose whole life is timed
             assert 0 < startup[f"import_ms/{module}"] < startup[f"process_ms/{module}"]
         assert startup["process_ms/python"] > 0
+        shared = med["shared"]["fiber"]
+        for path in ("multiprocessing", "fiber", "fiber-creator"):
+            for op in ("lock", "value_read", "value_incr", "array_slice", "event"):
+                assert shared[f"us/{op}/{path}"] > 0, (op, path)
+            # 4,000 increments take time, however fast each one is
+            assert shared[f"ms/program/{path}"] > 0, path
+        assert shared["us/pool_roundtrip/fiber"] > 0
 
 
 def test_table_has_a_row_per_contender_with_ratios(smoke: tuple) -> None:
