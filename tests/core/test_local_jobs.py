@@ -87,3 +87,30 @@ def test_a_directory_others_can_write_is_not_used(tmp_path, monkeypatch, caplog,
         backend.release(job)
     finally:
         backend.close()
+
+
+def test_no_log_directory_is_left_behind(run_script, tmp_path):
+    """The local backend's log directory (in TMPDIR) goes at exit once its jobs'
+    logs are removed: in the program and in a child that starts its own child."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    out = run_script("""
+        import fiber
+
+        def grandchild():
+            print("grandchild")
+
+        def child():
+            p = fiber.Process(target=grandchild)
+            p.start()
+            p.join()
+
+        if __name__ == "__main__":
+            p = fiber.Process(target=child)
+            p.start()
+            p.join()
+            print("exit", p.exitcode)
+    """, env={"TMPDIR": str(tmp)})
+    assert out.returncode == 0, out.stderr
+    assert "grandchild" in out.stdout and "exit 0" in out.stdout
+    assert sorted(p.name for p in tmp.iterdir() if p.name.startswith("fiber-local-logs-")) == []

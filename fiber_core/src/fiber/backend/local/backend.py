@@ -41,6 +41,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from fiber import util
 from fiber.backend import Backend, JobCreationError
 from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
@@ -142,8 +143,21 @@ class LocalBackend(Backend):
         with self._lock:
             if self._logdir is None:
                 self._logdir = tempfile.mkdtemp(prefix="fiber-local-logs-")
+                # after the children's jobs were released (their logs removed)
+                util.at_exit(f"local logs {id(self)}", util.LATE_FINALIZERS,
+                             self._remove_empty_logdir)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         return tempfile.mktemp(prefix=safe + "-", suffix=".log", dir=self._logdir)
+
+    def _remove_empty_logdir(self) -> None:
+        """At exit: the log directory goes if no job's log is left in it (a job
+        still running keeps it, and its log)."""
+        logdir = self._logdir
+        if logdir:
+            try:
+                os.rmdir(logdir)
+            except OSError:
+                pass
 
     def create_job(self, spec: JobSpec) -> Job:
         if spec.cpu or spec.memory or spec.gpu:
