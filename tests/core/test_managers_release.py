@@ -87,3 +87,34 @@ def test_a_dropped_async_manager_goes_without_the_cycle_collector():
     finally:
         gc.enable()
     assert (alive, children) == ([], [])
+
+
+def test_a_servers_prints_come_before_the_callers_next_line(run_script):
+    """What a manager's server prints in a method reaches the terminal before the
+    line the caller prints after the call returns (the server's output and its reply
+    travel by different routes; the reply waits for the output)."""
+    out = run_script("""
+        import fiber
+        from fiber.managers import BaseManager
+
+        class Talker:
+            def say(self, i):
+                print(f"server {i}")
+                return i
+
+        class M(BaseManager):
+            pass
+
+        M.register("Talker", Talker)
+
+        if __name__ == "__main__":
+            with M() as m:
+                t = m.Talker()
+                for i in range(30):
+                    t.say(i)
+                    print(f"caller {i}", flush=True)
+    """)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    expected = [line for i in range(30) for line in (f"server {i}", f"caller {i}")]
+    assert lines == expected

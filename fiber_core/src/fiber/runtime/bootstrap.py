@@ -93,6 +93,14 @@ class _Forwarder(io.TextIOBase):
                 self._partial = ""
                 self._cond.notify()
 
+    def settle(self, timeout: float = 10.0) -> None:
+        """Wait until the whole lines written so far have reached the parent (what
+        this process sends next, e.g. a manager's reply, then comes after them)."""
+        with self._cond:
+            if self._pending or self._sending:
+                self._cond.wait_for(lambda: not self._pending and not self._sending,
+                                    timeout)
+
     def drain(self, timeout: float = 10.0) -> None:
         """Flush, then wait until everything written has reached the parent."""
         self.flush()

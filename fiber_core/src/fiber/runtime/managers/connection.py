@@ -18,6 +18,7 @@ is done by the server's handler threads on their side and by :func:`Client` here
 from __future__ import annotations
 
 import socket
+import sys
 import traceback
 from multiprocessing.pool import (  # type: ignore[attr-defined]  # missing from typeshed
     RemoteTraceback,  # loaded by multiprocessing.managers already
@@ -53,10 +54,21 @@ def _is_error(obj: Any) -> bool:
             and isinstance(obj[1], BaseException))
 
 
+def _settle_output() -> None:
+    """In a job, the lines the server printed reach the parent's terminal before the
+    reply that follows them (the job's output goes to its parent by another route)."""
+    for stream in (sys.stdout, sys.stderr):
+        settle = getattr(stream, "settle", None)
+        if settle is not None:
+            settle()
+
+
 class ServerConnection(stdlib.Connection):
-    """The server's end: an exception sent back carries its formatted traceback."""
+    """The server's end: an exception sent back carries its formatted traceback; a
+    reply goes after the lines printed before it."""
 
     def send(self, obj: Any) -> None:
+        _settle_output()
         if _is_error(obj) and obj[1].__traceback__ is not None:
             exc = obj[1]
             try:
