@@ -213,10 +213,9 @@ class ShareableList(_std.ShareableList):
     """A list of fixed length in a block of shared memory (ints, floats, bools, str,
     bytes, None), as the standard library's, over :class:`SharedMemory`."""
 
-    shm: SharedMemory
     __init__ = _fiber_init
 
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
         return _rebuild_list, (type(self), self.shm.name, shm.host_token())
 
 

@@ -49,7 +49,7 @@ import sys
 import threading
 import weakref
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fiber.runtime.managers.proxies import BaseProxy
 from fiber.runtime.managers.sync import LOCK_TYPEID
@@ -136,11 +136,16 @@ def _new_value(ctype: Any) -> Any:
     return _mark(obj, _Ref(_describe(ctype), buffer, shm.host_token()))
 
 
+def _ctype(typecode_or_type: Any) -> Any:
+    """The ctypes type a typecode names (anything else is taken as a type)."""
+    table: dict[Any, Any] = typecode_to_type
+    return table.get(typecode_or_type, typecode_or_type)
+
+
 def RawValue(typecode_or_type: str | type, *args: Any) -> Any:
     """A ctypes object of ``typecode_or_type`` in shared memory, initialized with
     ``args`` (zeroed without)."""
-    ctype = typecode_to_type.get(typecode_or_type, typecode_or_type)  # type: ignore[call-overload]
-    obj = _new_value(ctype)
+    obj = _new_value(_ctype(typecode_or_type))
     obj.__init__(*args)
     return obj
 
@@ -148,7 +153,7 @@ def RawValue(typecode_or_type: str | type, *args: Any) -> Any:
 def RawArray(typecode_or_type: str | type, size_or_initializer: int | Sequence[Any]) -> Any:
     """A ctypes array in shared memory: ``size`` zeroed items, or the items of the
     initializer."""
-    ctype = typecode_to_type.get(typecode_or_type, typecode_or_type)  # type: ignore[call-overload]
+    ctype = _ctype(typecode_or_type)
     if isinstance(size_or_initializer, int):
         return _new_value(ctype * size_or_initializer)
     obj = _new_value(ctype * len(size_or_initializer))
@@ -523,8 +528,12 @@ class _RawProxy(BaseProxy):
     """A shared ctypes object used through its creator (another host): ``.value``,
     ``.raw``, fields, ``len``, items and slices, each one round trip."""
 
-    _exposed_ = _RAW_EXPOSED
+    _exposed_: tuple[str, ...] = _RAW_EXPOSED
     _method_to_typeid_ = {"item": RAW_TYPEID, "field": RAW_TYPEID}
+
+    if TYPE_CHECKING:  # the standard BaseProxy's (typeshed says it returns None)
+        def _callmethod(self, methodname: str, args: tuple = (),
+                        kwds: dict | None = None) -> Any: ...
 
     def _layout(self) -> tuple:
         layout = self.__dict__.get("_fiber_layout")
