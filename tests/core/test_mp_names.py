@@ -17,7 +17,8 @@ import multiprocessing.context
 import pytest
 
 MODULES = ["", "connection", "context", "dummy", "dummy.connection", "managers", "pool",
-           "process", "queues", "reduction", "sharedctypes", "synchronize", "util"]
+           "process", "queues", "reduction", "shared_memory", "sharedctypes", "synchronize",
+           "util"]
 
 # names the documentation gives outside the module's __all__
 DOCUMENTED_EXTRA = {
@@ -37,18 +38,11 @@ DOCUMENTED_EXTRA = {
 
 # names fiber does not have yet, and why
 MISSING = {
-    # shared ctypes memory (RawValue, RawArray) belongs to the shared-memory issue
-    "": {"RawValue", "RawArray"},
     # connection.Listener/Client/wait are a later part of the multiprocessing-API issue
     "connection": {"Client", "Listener", "wait"},
-    # multiprocessing.shared_memory's manager belongs to the shared-memory issue
-    "managers": {"SharedMemoryManager"},
-    # the Raw* objects, copy() and synchronized() wrap ctypes objects in shared memory:
-    # the shared-memory issue
-    "sharedctypes": {"RawValue", "RawArray", "copy", "synchronized"},
 }
-# the methods of a context object still missing (same reason as "" above)
-MISSING_CONTEXT_METHODS = {"RawValue", "RawArray"}
+# the methods of a context object still missing
+MISSING_CONTEXT_METHODS: set[str] = set()
 
 
 def documented(name: str) -> set[str]:

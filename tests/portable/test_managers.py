@@ -581,13 +581,18 @@ def test_implicit_primitives_exist_and_work():
     assert synchronize.Semaphore(0).acquire(timeout=0.1) is False
 
 
-def test_implicit_value_rejects_bad_input():
-    with pytest.raises(ValueError, match="unknown typecode 'z'"):
-        SharedValue("z", 1)
-    with pytest.raises(ValueError, match="lock=True or False"):
-        SharedValue("i", 1, lock="yes")
-    with pytest.raises(TypeError, match="neither a typecode nor a ctypes type"):
-        SharedArray(list, 3)
+def test_value_rejects_bad_input_as_multiprocessing():
+    import multiprocessing.sharedctypes as mp
+    import re
+
+    from fiber import sharedctypes
+
+    for call in (lambda m: m.Value("z", 1), lambda m: m.Value("i", 1, lock="yes"),
+                 lambda m: m.Array(list, 3)):
+        with pytest.raises(Exception) as theirs:
+            call(mp)
+        with pytest.raises(type(theirs.value), match=re.escape(str(theirs.value))):
+            call(sharedctypes)
 
 
 def test_round_trip_cost_is_measured():

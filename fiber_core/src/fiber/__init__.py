@@ -33,6 +33,7 @@ _WHERE = {
     "Condition": "fiber.synchronize", "Event": "fiber.synchronize",
     "Barrier": "fiber.synchronize",
     "Value": "fiber.sharedctypes", "Array": "fiber.sharedctypes",
+    "RawValue": "fiber.sharedctypes", "RawArray": "fiber.sharedctypes",
     "Ring": "fiber.ring",
     "meta": "fiber.meta",
     "init": "fiber.runtime.config", "reset": "fiber.runtime.config",
@@ -98,7 +99,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
     from fiber.queues import JoinableQueue, Queue, SimpleQueue
     from fiber.ring import Ring
     from fiber.runtime.config import init, reset
-    from fiber.sharedctypes import Array, Value
+    from fiber.sharedctypes import Array, RawArray, RawValue, Value
     from fiber.synchronize import (
         Barrier,
         BoundedSemaphore,

@@ -41,6 +41,7 @@ from fiber.runtime.managers.proxies import (
     AutoProxy,
     BaseProxy,
 )
+from fiber.shared_memory import SharedMemoryManager
 from fiber.wire import auth
 
 if TYPE_CHECKING:
@@ -49,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BaseManager", "SyncManager", "AsyncManager", "AsyncResult", "BaseProxy", "AutoProxy",
     "AsyncBaseProxy", "AsyncAutoProxy", "Namespace", "Token", "RemoteTraceback",
-    "RemoteError", "Manager", "shutdown_implicit_manager",
+    "RemoteError", "Manager", "shutdown_implicit_manager", "SharedMemoryManager",
 ]
 
 Token = stdlib.Token

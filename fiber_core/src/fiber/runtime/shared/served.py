@@ -133,7 +133,9 @@ def token_for(obj: Any, typeid: str) -> Any:
         ident = f"{id(obj):x}"
         with server.mutex:
             server.id_to_obj[ident] = (obj, set(exposed), _registry[typeid][2])
-            server.id_to_refcount[ident] = 1  # the creator's own: never dropped
+            # the creator's own reference, never dropped (added to the count of
+            # proxies the server may have made of the same object by method_to_typeid)
+            server.id_to_refcount[ident] = server.id_to_refcount.get(ident, 0) + 1
         token = stdlib.Token(typeid, server.address, ident)
         _kept.append(obj)
         _tokens[id(obj)] = token
@@ -146,7 +148,14 @@ def proxy_of(token: Any) -> Any:
         proxytype = _registry[token.typeid][3]
     except KeyError:
         raise TypeError(f"no shared type {token.typeid!r} is registered") from None
-    return rebuild_proxy(proxytype, token, SERIALIZER, {})
+    return rebuild_proxy(proxytype, token, SERIALIZER, {}, _Registry)
+
+
+class _Registry:
+    """The "manager" of proxies of shared objects: the registry, so that a method
+    returning a proxy (``method_to_typeid``) works in the process that called it."""
+
+    _registry = _registry
 
 
 def serving() -> bool:
