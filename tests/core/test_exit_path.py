@@ -58,5 +58,6 @@ def test_steps_of_a_program_with_a_child_and_a_queue(run_script):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "from the child"
-    assert lines[1] == "children mailboxes connections"
-    assert lines[2:] == ["exit:children", "exit:mailboxes", "exit:connections"]
+    assert lines[1] == "children local logs mailboxes connections"
+    assert lines[2:] == ["exit:children", "exit:local logs", "exit:mailboxes",
+                         "exit:connections"]

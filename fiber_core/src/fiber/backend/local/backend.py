@@ -144,20 +144,10 @@ class LocalBackend(Backend):
             if self._logdir is None:
                 self._logdir = tempfile.mkdtemp(prefix="fiber-local-logs-")
                 # after the children's jobs were released (their logs removed)
-                util.at_exit(f"local logs {id(self)}", util.LATE_FINALIZERS,
-                             self._remove_empty_logdir)
+                _logdirs.add(self._logdir)
+                util.at_exit("local logs", util.LATE_FINALIZERS, _remove_empty_logdirs)
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
         return tempfile.mktemp(prefix=safe + "-", suffix=".log", dir=self._logdir)
-
-    def _remove_empty_logdir(self) -> None:
-        """At exit: the log directory goes if no job's log is left in it (a job
-        still running keeps it, and its log)."""
-        logdir = self._logdir
-        if logdir:
-            try:
-                os.rmdir(logdir)
-            except OSError:
-                pass
 
     def create_job(self, spec: JobSpec) -> Job:
         if spec.cpu or spec.memory or spec.gpu:
@@ -305,6 +295,20 @@ class LocalBackend(Backend):
             server.close()
         if logdir:
             shutil.rmtree(logdir, ignore_errors=True)
+
+
+_logdirs: set[str] = set()
+
+
+def _remove_empty_logdirs() -> None:
+    """At exit: the backends' log directories go if no job's log is left in them (a
+    job still running keeps its directory, and its log)."""
+    for logdir in list(_logdirs):
+        try:
+            os.rmdir(logdir)
+            _logdirs.discard(logdir)
+        except OSError:
+            pass
 
 
 class _OtherProcess:
