@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from fiber.wire import shm
+
 DOCS = Path(__file__).resolve().parent.parent / "mp_docs"
 
 
@@ -49,3 +51,16 @@ def test_mp_workers_exits_every_time():
         lines = [line for line in out.splitlines() if " says that " in line]
         assert len(lines) == 30, out
         assert err == "", err
+
+
+def test_lock_example_prints_every_line_every_time():
+    """The Lock example starts ten children and never joins them: every child must
+    print its line, every time (it printed 1 or 2 of 10 while the lock was a proxy of a
+    manager stopped at exit before the children were joined), and no /dev/shm name is
+    left behind."""
+    before = set(shm.state_names())
+    for code, out, err in _runs("lock.py", times=20, at_once=4, timeout=60):
+        assert code == 0, f"exit code {code}\n--- out\n{out}\n--- err\n{err}"
+        assert sorted(out.splitlines()) == sorted(f"hello world {i}" for i in range(10))
+        assert err == ""
+    assert set(shm.state_names()) <= before

@@ -307,3 +307,5 @@ def reset() -> None:
     with _lock:
         _code_settings.clear()
         _current = None
+        if "fiber.wire.shm" in sys.modules:  # as when nothing was read yet
+            sys.modules["fiber.wire.shm"].enable(True)
