@@ -449,7 +449,7 @@ class Barrier(_Shared, threading.Barrier):
     def _state(self, value: int) -> None:
         self._ints[0] = value
 
-    @property  # type: ignore[override]
+    @property
     def _count(self) -> int:
         return self._ints[1]
 
