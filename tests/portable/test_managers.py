@@ -2,7 +2,7 @@
 multiprocessing documentation's examples), the same calls on a real
 multiprocessing.Manager() giving the same results (acquire's arguments, Event,
 Condition, Barrier, reprs), BaseManager.register of a user class,
-AsyncManager's parallel method calls, the implicit Lock/Value/... without a manager,
+AsyncManager's parallel method calls, Lock/Value/... without a manager,
 remote exceptions with their traceback, and a dead manager failing calls promptly."""
 
 from __future__ import annotations
@@ -36,17 +36,13 @@ pytestmark = pytest.mark.timeout(300)
 
 @pytest.fixture(scope="module", autouse=True)
 def _no_manager_left():
-    """The implicit manager of fiber.synchronize.Lock()/fiber.sharedctypes.Value() is a
-    child process: stop it after this module so that no test leaves a process behind."""
+    """No test of this module leaves a process behind (fiber.Lock(), fiber.Value()...
+    start none: they are shared memory, served by their creator)."""
     yield
-    from fiber import managers
-    from fiber.runtime.managers import implicit as implicit_manager
-
-    implicit = implicit_manager.current()
-    managers.shutdown_implicit_manager()
-    if implicit is not None:
-        implicit._process.join(60)
-        assert not implicit._process.is_alive()
+    gc.collect()
+    deadline = time.monotonic() + 30
+    while [p for p in fiber.active_children() if p.is_alive()] and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert not [p for p in fiber.active_children() if p.is_alive()]
 
 
@@ -595,9 +591,9 @@ def test_value_rejects_bad_input_as_multiprocessing():
             call(sharedctypes)
 
 
-def test_round_trip_cost_is_measured():
+def test_round_trip_cost_is_measured(manager):
     """A manager operation is one round trip; record its cost (the docs quote it)."""
-    value = SharedValue("i", 0)
+    value = manager.Value("i", 0)
     n = 200
     t0 = time.perf_counter()
     for _ in range(n):

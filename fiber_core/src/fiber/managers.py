@@ -31,8 +31,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from fiber import util
 from fiber.runtime import run
-from fiber.runtime.managers import implicit, server, stdlib, sync
+from fiber.runtime.managers import server, stdlib, sync
 from fiber.runtime.managers.connection import SERIALIZER, RemoteTraceback, share_authkey
 from fiber.runtime.managers.proxies import (
     AsyncAutoProxy,
@@ -193,7 +194,9 @@ def Manager() -> SyncManager:
 
 
 def shutdown_implicit_manager() -> None:
-    """Stop the manager behind :func:`fiber.Lock`, :func:`fiber.Value`... of this
-    process (it is a child process, listed by ``active_children()``; the next use
-    starts a new one, and proxies of the old one stop working)."""
-    implicit.shutdown()
+    """Deprecated; does nothing. ``fiber.Lock()``, ``fiber.Value()``... were served by
+    a manager the process started on first use; they are shared memory now (and their
+    creator serves them to other hosts), so there is no such manager to stop."""
+    util.warn_deprecated("shutdown_implicit_manager",
+                         "fiber.managers.shutdown_implicit_manager() does nothing: "
+                         "fiber.Lock(), fiber.Value()... no longer run in a manager")
