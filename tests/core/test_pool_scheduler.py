@@ -305,3 +305,52 @@ def test_task_describes_itself():
     assert call.describe() == "call with args=(1, 2) kwds={'k': 3}"
     item = Task(1, 0, TaskKind.MAP, ["x"], Sink(), 5, 1)
     assert item.describe() == "item 5 ('x')"
+
+
+def test_results_sent_as_tasks_finish_are_done_at_once():
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    sink = Sink()
+    s.submit_chunks(square, list(range(10)), 1, TaskKind.MAP, sink)
+    _, batch = lines[0].batch()
+    assert len(batch) == 5  # 1 + 9 // 2
+    ids = [tid for tid, _, _, _, _ in batch]
+    # the worker reports its first two tasks while it runs the third
+    done = s.partial(w, 0, [(ids[0], True, [0]), (ids[1], True, [1])])
+    assert [t.start for t, _, _ in done] == [0, 1] and s.done == 2
+    assert [t.id for t in w.running()] == ids[2:]
+    assert s.partial(w, 0, [(ids[1], True, [1])]) == []  # never twice
+    # the line's request brings the rest; the batch is over
+    again = FakeLine(peer=1000 + w.id)
+    done = s.results(w, 0, again, [(tid, True, [0]) for tid in ids[2:]])
+    assert [t.start for t, _, _ in done] == [2, 3, 4] and s.done == 5
+    assert list(w.order) == [1, 0]  # line 1's batch runs; line 0 took one ahead
+    assert not set(w.held[0]) & set(ids)
+
+
+def test_a_lost_worker_requeues_only_the_tasks_without_a_result():
+    s = table(target=2)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    s.submit_chunks(square, list(range(40)), 1, TaskKind.MAP, Sink())
+    running = [tid for tid, _, _, _, _ in lines[0].batch()[1]]
+    ahead = [tid for tid, _, _, _, _ in lines[1].batch()[1]]
+    s.partial(w, 0, [(tid, True, [0]) for tid in running[:3]])
+    assert s.lose(w) == []
+    queued = list(s.queue)
+    # the task in progress (an attempt), the rest of its batch (not started: suspects
+    # without an attempt, each alone), then the batch held ahead as it was
+    n = len(running) - 3
+    assert [t.id for t in queued[:n]] == running[3:]
+    assert (queued[0].alone, queued[0].attempts) == (True, 1)
+    assert all(t.alone and t.attempts == 0 and not t.started for t in queued[1:n])
+    assert [t.id for t in queued[n:n + len(ahead)]] == ahead
+    assert not any(t.alone for t in queued[n:])
+    assert all(tid not in {t.id for t in queued} for tid in running[:3])
+    # a result of the lost worker that was on its way is still taken, once
+    (w2,) = s.new_workers(1)
+    late = s.lost_results(w.id, [(running[3], True, [9])])
+    assert [t.id for t, _, _ in late] == [running[3]]
+    lines2 = connect(s, w2)
+    assert lines2[0].batch()[1][0][0] == running[4]  # the delivered one is skipped

@@ -33,7 +33,7 @@ from typing import Any
 
 from fiber._version import __version__
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # 2: pool results go back as tasks finish (PoolOp.PARTIAL)
 
 # -- framing and replies ------------------------------------------------------------------
 MSG = b"M"
@@ -106,7 +106,9 @@ class PoolOp:
     (worker id, line), and the pool's replies (:mod:`fiber.runtime.pool`)."""
 
     READY = b"R"  # a line is open for a batch
-    RESULTS = b"D"  # + the results of the batch this line brought; open again
+    RESULTS = b"D"  # + the batch's results not sent in a PARTIAL; the line is open again
+    PARTIAL = b"P"  # + results of tasks of this line's batch, sent as they finish
+    #                 while the rest of the batch runs (one-way: never answered)
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
     STOP = b"S"  # reply: retire this line
     TASKS = b"T"  # reply: + a batch

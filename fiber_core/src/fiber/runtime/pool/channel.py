@@ -5,12 +5,16 @@ Each request is a :class:`~fiber.wire.protocol.PoolOp` code and
 :data:`~fiber.wire.protocol.POOL_HEADER` (worker id, line):
 
 * ``READY``: a line is open (the first one tells that the worker is up);
-* ``RESULTS``: the results of the batch the line held, and the line is open again;
+* ``PARTIAL``: results of tasks of the batch the line holds, sent as they finished
+  while the rest of the batch runs (on a line of their own; never answered);
+* ``RESULTS``: the batch's last results (those no ``PARTIAL`` carried), and the line is
+  open again;
 * ``STARTED``: the worker begins the suspect batch of a line (sent on a third line,
   answered at once).
 
-A request from a worker the pool no longer knows is answered ``STOP``; if it carries
-results, they are the *lost results* of a worker given up too early and are accepted.
+A request from a worker the pool no longer knows is answered ``STOP`` (a ``PARTIAL``
+is not answered); if it carries results, they are the *lost results* of a worker given
+up too early and are accepted.
 Handlers run on the stream wire's selector thread, or on a thread that waits for an
 ``apply_async`` result and reads its worker's connection itself (:func:`wait_directly`).
 """
@@ -28,6 +32,7 @@ from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER, PoolOp
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
+_PARTIAL = PoolOp.PARTIAL
 _HEADER_END = 1 + POOL_HEADER.size
 
 logger = logging.getLogger("fiber")
@@ -52,10 +57,13 @@ class PoolChannel:
         with self._lock:
             w = scheduler.workers.get(wid)
             if w is None or not w.alive or line not in (0, 1):
-                if op == _RESULTS and scheduler.lost.get(wid):
+                if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
                     done = scheduler.lost_results(
                         wid, serialization.loads(payload[_HEADER_END:]))
-                request.reply(_STOP)
+                if op != _PARTIAL:
+                    request.reply(_STOP)
+            elif op == _PARTIAL:
+                done = scheduler.partial(w, line, serialization.loads(payload[_HEADER_END:]))
             elif op == _RESULTS:
                 done = scheduler.results(w, line, request,
                                          serialization.loads(payload[_HEADER_END:]))

@@ -17,8 +17,11 @@ Vocabulary:
   A worker waits on its lines in strict alternation; the master mirrors that order in
   :attr:`Worker.order`, so the first line of the order is the one whose batch runs.
 * **parked**: a line whose request the master holds unanswered, ready to carry a batch.
-* **batch**: the tasks sent in one answer to a line; a line *holds* its batch until the
-  worker sends its results on that line.
+* **batch**: the tasks sent in one answer to a line, a unit of sending, not of
+  reporting: the worker runs them in order and sends each result as its task finishes
+  (``PARTIAL``, :meth:`Scheduler.partial`), so a task is done once its own result is in.
+  A line *holds* its batch (the tasks without a result yet) until the worker reopens
+  the line with the batch's last results (:meth:`Scheduler.results`).
 * **idle** worker: connected and holding no batch; **spare** worker: running a batch
   with its other line parked, so it can take one in advance. The two lists of the
   table keep workers with a parked line, idle ones first.
@@ -27,11 +30,16 @@ Vocabulary:
   not take the work of the others.
 * **starting** worker: asked for (its job is being started, or it runs its
   initializer) but not yet connected.
-* **suspect task**: one that was running when its worker was lost. It runs again
-  **alone** (a batch of one, flagged so that the worker confirms with ``STARTED`` that
-  it began it: only a real start counts as an attempt). A chunk that was running is
-  **superseded** by its items, each a suspect task, so a poison item fails alone with
-  :class:`~fiber.errors.WorkerLostError` after ``attempts_limit`` attempts.
+* **task in progress**: the first task of a worker's running batch without a result
+  (the worker runs a batch in order and reports each task as it finishes). When the
+  worker is lost, it counts an attempt; the batch's later tasks had not started.
+* **suspect task**: one of a lost worker's running batch without a result. It runs
+  again **alone** (a batch of one, flagged so that the worker confirms with ``STARTED``
+  that it began it: only a real start counts as an attempt), so that a task that kills
+  its worker is known even when the results before it were lost with the worker. A
+  chunk in progress is **superseded** by its items, each a suspect task, so a poison
+  item fails alone with :class:`~fiber.errors.WorkerLostError` after
+  ``attempts_limit`` attempts.
 * **lost results**: results that a lost worker had sent before it was given up; they
   are accepted once (a task is *done* when its outcome was delivered, and a done task
   is never delivered again), so nothing is lost nor delivered twice.
@@ -53,7 +61,7 @@ logger = logging.getLogger("fiber")
 
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
-MAX_BATCH = 64  # tasks a batch takes after its first, at most
+MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -121,7 +129,7 @@ class Worker:
         self.peer: int | None = None
         self.order: collections.deque[int] = collections.deque((0, 1))
         self.parked: dict[int, Line] = {}
-        self.held: dict[int, list[Task]] = {}
+        self.held: dict[int, dict[int, Task]] = {}  # line -> its tasks without a result
         self.funcs: set[int] = set()  # functions it has (sent once)
         self.dispatched = 0  # tasks sent to it
         self.stopping = False  # let go (resize, maxtasksperchild): ends after its batches
@@ -155,9 +163,12 @@ class Worker:
         return None
 
     def running(self) -> list[Task]:
-        """The batch the worker is running (the first line in its order, if it holds
-        one)."""
-        return self.held.get(self.order[0], []) if self.order else []
+        """The tasks of the batch the worker is running (the first line in its order,
+        if it holds one) that have no result yet, in the order it runs them."""
+        if not self.order:
+            return []
+        batch = self.held.get(self.order[0])
+        return list(batch.values()) if batch else []
 
 
 Outcome = tuple[Task, bool, Any]  # a task, whether it succeeded, its value or error
@@ -270,14 +281,35 @@ class Scheduler:
 
     def started_batch(self, w: Worker, line: int) -> None:
         """The worker confirmed that it begins the (suspect) batch of ``line``."""
-        for task in w.held.get(line, []):
+        for task in w.held.get(line, {}).values():
             task.started = True
+
+    def partial(self, w: Worker, line: int,
+                items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
+        """Results of tasks of the batch ``line`` holds, sent as they finished while the
+        rest of the batch runs: each task is done now. Returns the outcomes to deliver
+        (errors still packed)."""
+        batch = w.held.get(line)
+        done = []
+        failed = 0
+        if batch:
+            for tid, ok, value in items:
+                task = batch.pop(tid, None)
+                if task is not None and not task.done:
+                    task.done = True
+                    done.append((task, ok, value))
+                    if not ok:
+                        failed += 1
+        self.done += len(done) - failed
+        self.failed += failed
+        return done
 
     def results(self, w: Worker, line: int, request: Line,
                 items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
-        """The results of the batch ``line`` held; the line is open again. Returns the
-        outcomes to deliver (errors still packed)."""
-        batch = {t.id: t for t in w.held.pop(line, [])}
+        """The last results of the batch ``line`` held (those not sent before with
+        :meth:`partial`); the line is open again. Returns the outcomes to deliver
+        (errors still packed)."""
+        batch = w.held.pop(line, None) or {}
         done = []
         failed = 0
         for tid, ok, value in items:
@@ -406,7 +438,7 @@ class Scheduler:
             self.failed += len(batch)
             return True
         request = w.parked.pop(line)
-        w.held[line] = batch
+        w.held[line] = {task.id: task for task in batch}
         for task in batch:
             task.worker = w
         w.dispatched += len(batch)
@@ -494,17 +526,22 @@ class Scheduler:
         if not (w.stopping or w.dismissed):
             self.lost_workers += 1
             self._unreplaced += 1
-        first = w.running()
-        running = [t for t in first if not t.done]
-        later = [t for batch in w.held.values() if batch is not first
-                 for t in batch if not t.done]
+        # the running batch's tasks without a result: the first was in progress, the
+        # others had not started (the worker runs a batch in order and sends each
+        # result as its task finishes); the batch held ahead had not started either
+        running = [t for t in w.running() if not t.done]
+        first_line = w.order[0] if w.order else None
+        later = [t for line, batch in w.held.items() if line != first_line
+                 for t in batch.values() if not t.done]
         w.held.clear()
         self.lost[w.id] = {t.id: t for t in running + later}
         while len(self.lost) > LOST_KEPT:
             self.lost.popitem(last=False)
         retry: list[Task] = []
         failed = []
-        for task in running:
+        for task in running[1:]:  # not started, unless results were lost in flight
+            task.alone = True  # run alone, so that a start is confirmed
+        for task in running[:1]:
             if task.alone and not task.started:
                 later.insert(0, task)  # never began: its worker died of something else
                 continue
@@ -514,6 +551,7 @@ class Scheduler:
                 failed.append(task)
             else:
                 retry.extend(self.split(task))
+        retry.extend(running[1:])
         if running:
             logger.warning("pool worker %d died holding %d task(s); requeued %d",
                            w.id, len(running) + len(later), len(retry) + len(later))
@@ -564,7 +602,7 @@ class Scheduler:
         self.queue.clear()
         for w in self.workers.values():
             for batch in w.held.values():
-                tasks.extend(batch)
+                tasks.extend(batch.values())
         self.notify()
         error = ValueError("the pool was terminated before this task finished")
         outcomes: list[Outcome] = []

@@ -2,21 +2,27 @@
 
 It keeps two request lines (0 and 1) open on the pool's channel and waits on them in
 strict alternation, so that while it runs one batch of tasks the next batch is already
-on its way. Each request names its line and carries the results of the batch that line
-brought; the master mirrors the alternation, so it always knows which batch is running
-(the nng wire does not promise that two lines' requests arrive in the order they were
-sent; the stream wire the pool uses does, and the mirror costs nothing). A ``STOP``
-answer retires a line; the worker exits when both are retired (pool closed, shrunk, or
-``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were running when a
-worker died) comes flagged: the worker confirms on a third line that it starts it, so
-that only a real start counts as an attempt.
+on its way. A batch is a unit of sending, not of reporting: while the batch runs, each
+task's result goes back as the task finishes (``PARTIAL``, one-way, from the worker's
+:class:`ResultSender` thread), and the request that reopens the line carries the
+results not sent yet (at least the batch's last one). So a worker that dies loses only
+its task in progress (and those it had not started), never one it finished. The
+master mirrors the alternation, so it always knows which batch is running (the nng
+wire does not promise that two lines' requests arrive in the order they were sent;
+the stream wire the pool uses does, and the mirror costs nothing). A ``STOP`` answer
+retires a line; the worker exits when both are retired (pool closed, shrunk, or
+``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were running when
+a worker died) comes flagged: the worker confirms on a third line that it starts it,
+so that only a real start counts as an attempt.
 """
 
 from __future__ import annotations
 
+import _thread
 import collections
 import logging
 import pickle
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,6 +35,7 @@ logger = logging.getLogger(__name__)
 
 READY = PoolOp.READY
 RESULTS = PoolOp.RESULTS
+PARTIAL = PoolOp.PARTIAL
 STARTED = PoolOp.STARTED
 STOP = PoolOp.STOP
 TASKS = PoolOp.TASKS
@@ -46,12 +53,17 @@ def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
             funcs[func_id] = serialization.loads_code(func_bytes)
 
 
-def run_batch(batch: Batch, funcs: dict[int, Any]) -> list[tuple[int, bool, Any]]:
-    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]``; returns
-    ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception."""
+def run_batch(batch: Batch, funcs: dict[int, Any],
+              sender: ResultSender | None = None) -> list[tuple[int, bool, Any]]:
+    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order; returns
+    ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception. With
+    a ``sender``, every result but the last is handed to it as its task finishes, and
+    the list holds the last one only."""
     load_functions(batch, funcs)
-    results = []
-    for task_id, func_id, _, kind, payload in batch:
+    results: list[tuple[int, bool, Any]] = []
+    last = len(batch) - 1
+    early = sender if sender is not None and last > 0 else None
+    for index, (task_id, func_id, _, kind, payload) in enumerate(batch):
         func = funcs[func_id]
         try:
             if kind == CALL:
@@ -61,14 +73,21 @@ def run_batch(batch: Batch, funcs: dict[int, Any]) -> list[tuple[int, bool, Any]
                 value = [func(x) for x in payload]
             else:
                 value = [func(*x) for x in payload]
-            results.append((task_id, True, value))
+            result = (task_id, True, value)
         except BaseException as exc:  # noqa: BLE001 - every task failure goes back
-            results.append((task_id, False, serialization.pack_exception(exc)))
+            result = (task_id, False, serialization.pack_exception(exc))
+        if early is None or index == last:
+            results.append(result)
+        else:
+            early.pending.append(result)  # inline add(): a task costs a microsecond
+            if early.idle:
+                early.wake()
     return results
 
 
-def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]]) -> bytes:
-    head = RESULTS + _HEADER.pack(worker_id, line)
+def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
+                   op: bytes = RESULTS) -> bytes:
+    head = op + _HEADER.pack(worker_id, line)
     try:
         return head + serialization.dumps(results)
     except pickle.PicklingError:
@@ -81,6 +100,88 @@ def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any
                 error = _unpicklable_result(exc, value)
                 safe.append((task_id, False, serialization.pack_exception(error)))
         return head + serialization.dumps(safe)
+
+
+class ResultSender:
+    """Sends the results of a batch's tasks as they finish, from a thread of its own,
+    while the worker's main thread runs the next task.
+
+    One ``PARTIAL`` message carries whatever results accumulated while the previous
+    one was being written: there is no timer and no added delay, and tasks that take
+    microseconds share a message instead of costing one each. :meth:`finish` takes the
+    results not sent yet for the request that reopens the line; it waits for a message
+    being written, so the master always reads a batch's partial results before that
+    request. The thread is started for the first batch of more than one task (a pool
+    of ``apply`` calls never needs it)."""
+
+    def __init__(self, client: Any, cid: int, worker_id: int) -> None:
+        self._ctx = client.context()
+        self._ctx.close()  # one-way: no reply comes, and any would be dropped
+        self._cid = cid
+        self._worker_id = worker_id
+        self.line = 0  # the line whose batch runs; set between batches
+        self.pending: collections.deque[tuple[int, bool, Any]] = collections.deque()
+        self._lock = threading.Lock()  # held while results are taken and written
+        self._wake = _thread.allocate_lock()
+        self._wake.acquire()  # released to wake the thread
+        self.idle = False
+        self._closed = False
+        self._thread = threading.Thread(target=self._run, name="fiber-pool-results",
+                                        daemon=True)
+        self._thread.start()
+
+    def add(self, result: tuple[int, bool, Any]) -> None:
+        """A task of the running batch finished (main thread; :func:`run_batch` does
+        the same inline)."""
+        self.pending.append(result)
+        if self.idle:
+            self.wake()
+
+    def wake(self) -> None:
+        """Wake the thread to send what is pending (main thread)."""
+        self.idle = False
+        try:
+            self._wake.release()
+        except RuntimeError:
+            pass  # released already: the thread is awake
+
+    def finish(self, last: list[tuple[int, bool, Any]]) -> list[tuple[int, bool, Any]]:
+        """The batch is done: its results not sent yet, ``last`` included (main
+        thread)."""
+        with self._lock:
+            rest = list(self.pending)
+            self.pending.clear()
+        rest.extend(last)
+        return rest
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._wake.release()
+        except RuntimeError:
+            pass
+
+    def _run(self) -> None:
+        pending = self.pending
+        while not self._closed:
+            self.idle = True
+            if not pending:
+                self._wake.acquire()
+            self.idle = False
+            with self._lock:
+                if not pending or self._closed:
+                    continue
+                results = []
+                while pending:
+                    results.append(pending.popleft())
+                try:
+                    self._ctx.send(self._cid, encode_results(
+                        self._worker_id, self.line, results, PARTIAL))
+                except ConnectionLostError as exc:
+                    # the main thread finds out too, when it waits for its next batch
+                    logger.debug("pool worker %d stops sending results: %s",
+                                 self._worker_id, exc)
+                    return
 
 
 def _unpicklable_result(exc: Exception, value: Any) -> Exception:
@@ -98,28 +199,39 @@ def worker(address: str, cid: int, worker_id: int,
     client = transport.get_client(address)
     funcs: dict[int, object] = {}
     confirm = client.context()
+    sender: ResultSender | None = None
     lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
         lines.append((line, ctx))
-    while lines:
-        line, ctx = lines.popleft()
-        try:
-            reply = ctx.recv()
-        except ConnectionLostError as exc:
-            # the pool was terminated or collected (or its program ended): nothing is
-            # left to do, as a multiprocessing worker exits when its queue is gone
-            logger.debug("pool worker %d exits: %s", worker_id, exc)
-            return
-        if reply[:1] == STOP:
-            ctx.close()
-            continue
-        suspect, batch = serialization.loads(memoryview(reply)[1:])
-        if suspect:
-            load_functions(batch, funcs)  # slow imports are not the task's fault
-            confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
-        results = run_batch(batch, funcs)
-        ctx.send(cid, encode_results(worker_id, line, results))
-        lines.append((line, ctx))
+    try:
+        while lines:
+            line, ctx = lines.popleft()
+            try:
+                reply = ctx.recv()
+            except ConnectionLostError as exc:
+                # the pool was terminated or collected (or its program ended): nothing
+                # is left to do, as a multiprocessing worker exits when its queue is gone
+                logger.debug("pool worker %d exits: %s", worker_id, exc)
+                return
+            if reply[:1] == STOP:
+                ctx.close()
+                continue
+            suspect, batch = serialization.loads(memoryview(reply)[1:])
+            if suspect:
+                load_functions(batch, funcs)  # slow imports are not the task's fault
+                confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
+            if len(batch) > 1:
+                if sender is None:
+                    sender = ResultSender(client, cid, worker_id)
+                sender.line = line
+                results = sender.finish(run_batch(batch, funcs, sender))
+            else:
+                results = run_batch(batch, funcs)
+            ctx.send(cid, encode_results(worker_id, line, results))
+            lines.append((line, ctx))
+    finally:
+        if sender is not None:
+            sender.close()
     confirm.close()
