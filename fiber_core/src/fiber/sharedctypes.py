@@ -510,6 +510,15 @@ class _Served:
     def item(self, index: int) -> _Served:
         return _Served(self._obj[index], None)
 
+    def packed_slice(self, index: slice) -> tuple[str, bytes] | list:
+        """A slice of an array of numbers as (typecode, bytes): much cheaper to send
+        than a list of Python numbers (the proxy unpacks it); other arrays: the list."""
+        code = getattr(self._obj._type_, "_type_", None)
+        if not isinstance(code, str) or code not in _PACKABLE:
+            return self._call(self._obj.__getitem__, index)
+        return code, self._call(lambda: memoryview(self._obj).cast("B").cast(code)[index]
+                                .tobytes())
+
     def get_obj(self) -> _Served:
         return _Served(self._obj, None)
 
@@ -521,7 +530,9 @@ class _Served:
 
 
 _RAW_EXPOSED = ("layout", "get", "set", "get_raw", "set_raw", "getfield", "setfield",
-                "field", "__len__", "__getitem__", "__setitem__", "item", "__repr__")
+                "field", "__len__", "__getitem__", "__setitem__", "item", "packed_slice",
+                "__repr__")
+_PACKABLE = frozenset("bBhHiIlLqQfd?")  # ctypes' codes that memoryview.cast knows
 
 
 class _RawProxy(BaseProxy):
@@ -572,6 +583,12 @@ class _RawProxy(BaseProxy):
 
     def __getitem__(self, index: int | slice) -> Any:
         layout = self._layout()
+        if layout[0] == "array" and layout[2] and not layout[3] and isinstance(index, slice):
+            got = self._callmethod("packed_slice", (index,))
+            if isinstance(got, tuple):
+                code, data = got
+                return memoryview(data).cast(code).tolist()
+            return got
         if layout[0] != "array" or layout[2]:
             return self._callmethod("__getitem__", (index,))
         if isinstance(index, slice):
