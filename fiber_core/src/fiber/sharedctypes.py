@@ -516,8 +516,8 @@ class _Served:
         code = getattr(self._obj._type_, "_type_", None)
         if not isinstance(code, str) or code not in _PACKABLE:
             return self._call(self._obj.__getitem__, index)
-        return code, self._call(lambda: memoryview(self._obj).cast("B").cast(code)[index]
-                                .tobytes())
+        raw: Any = memoryview(self._obj).cast("B")  # Any: cast() to a code known at run time
+        return code, self._call(lambda: raw.cast(code)[index].tobytes())
 
     def get_obj(self) -> _Served:
         return _Served(self._obj, None)
