@@ -53,7 +53,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fiber import util
-from fiber.process import current_process
 from fiber.runtime import config
 from fiber.runtime.managers import sync as _sync
 from fiber.runtime.managers.stdlib import BaseProxy
@@ -62,7 +61,8 @@ from fiber.runtime.shared.buffers import SharedBuffer
 from fiber.wire import shm
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
-           "Barrier", "SemLock", "SEM_VALUE_MAX", "RECURSIVE_MUTEX", "SEMAPHORE"]
+           "Barrier"]  # and, as in multiprocessing.synchronize: SemLock, SEM_VALUE_MAX,
+#                       RECURSIVE_MUTEX, SEMAPHORE
 
 logger = logging.getLogger("fiber.synchronize")
 
@@ -194,6 +194,7 @@ class _LocalSemLock:
 
 def _me() -> str:
     """The caller as multiprocessing's reprs name an owner."""
+    from fiber.process import current_process  # loaded when a repr needs it
     name = current_process().name
     thread = threading.current_thread().name
     return name if thread == "MainThread" else f"{name}|{thread}"
