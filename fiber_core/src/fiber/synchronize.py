@@ -1,69 +1,85 @@
 """Synchronization primitives shared by the processes of a run, as
 :mod:`multiprocessing.synchronize`: :class:`Lock`, :class:`RLock`, :class:`Semaphore`,
-:class:`BoundedSemaphore`, :class:`Condition`, :class:`Event` and :class:`Barrier`,
-with multiprocessing's constructors, methods, semantics and reprs.
+:class:`BoundedSemaphore`, :class:`Condition`, :class:`Event` and :class:`Barrier`
+(``fiber.Lock()``, ``ctx.Lock()``... make them), with multiprocessing's methods,
+semantics and reprs.
 
-**Two paths, chosen per process.** A primitive is made of POSIX named semaphores
-(``_multiprocessing.SemLock``, the kernel object multiprocessing uses) and, for a
-Barrier, a few integers of shared memory, all named after the process that created it
-(:func:`fiber.wire.shm.state_name`). A process of the creator's host (same kernel,
-same ``/dev/shm``, same pid namespace: :func:`fiber.wire.shm.host_token`) that
-receives the primitive opens the same semaphores by name and uses them natively: an
-uncontended ``acquire()``/``release()`` costs what it costs in multiprocessing, a few
-hundred nanoseconds. A process of another host (another container, node or pod), or
-one whose ``shared_memory`` setting is off, receives a proxy of the creator's object
-instead (:mod:`fiber.runtime.shared.served`): the same methods, each one network round
-trip to the creator (tens to hundreds of microseconds), served there by a thread per
-calling thread, so that a lock or a condition owned by a remote thread stays owned by
-it. :func:`_path` tells which of the two an object took.
+**Native on one host.** A primitive is made of POSIX named semaphores
+(``_multiprocessing.SemLock``, the C type multiprocessing uses, named
+``"/" + fiber.wire.shm.state_name()``) and, for a :class:`Barrier`, a small block of
+shared memory (:class:`~fiber.runtime.shared.buffers.SharedBuffer`). A process of the
+creator's host that receives one (pickled into a Process's arguments, a Pool task, a
+Queue or a Pipe: at any time, not only while spawning) reopens the semaphores by
+name: its operations are the C calls multiprocessing makes (an uncontended
+acquire+release costs what it costs there).
 
-**Differences from multiprocessing**, and why:
+**Through the creator elsewhere.** A process of another host (another container, node
+or pod), or one whose ``shared_memory`` setting is false, cannot open them: it gets a
+proxy of the creator's object instead (:mod:`fiber.runtime.shared.served`), whose every
+operation is one round trip to the creator, run there by a thread that serves that
+proxy's thread (so an ``RLock`` or a ``Condition`` acquired through a proxy is owned by
+the caller's thread, as natively). Same methods and results; the proxy is not an
+instance of the class, and a :class:`Barrier`'s ``action`` runs in the process of the
+last party to arrive, which for a proxy is the creator. A process that holds a proxy
+after its creator is gone gets :class:`fiber.ConnectionLostError` at its next operation.
 
-* a primitive pickles at any time (into a Queue, a Pipe, a Pool task), not only while
-  a child process is being started: fiber's children may live on other hosts, and the
-  proxy path makes any route work;
-* its names are unlinked when the creator collects it or exits (after joining its
-  children); a process that receives one after that gets an error naming the cause,
-  and a holder on another host gets :class:`fiber.ConnectionLostError` at its next
-  operation once the creator is gone. Holders on the creator's host keep the
-  semaphores they opened. A creator keeps every primitive it has pickled until it
-  exits (a pickle in flight cannot be counted);
-* a holder on another host has a proxy (``AcquirerProxy``, ``ConditionProxy``...), not
-  an instance of these classes.
+**Lifetime.** The creator unlinks the names when the object is garbage collected in it
+(if it was never pickled) or at its exit, after its children have been joined
+(:data:`fiber.util.SHARED_STATE`); a process that opened them keeps using them; what
+killed creators leave behind is swept (:func:`fiber.wire.shm.sweep`). Opening a
+primitive whose creator has exited raises :class:`FileNotFoundError` saying so.
+
+**No named semaphores** (``/dev/shm`` missing or read-only): a primitive is then made
+over :mod:`threading` in its creator (:class:`_LocalSemLock`, one warning in the log)
+and every other process uses it through the creator.
+
+``_multiprocessing.SemLock`` is a private type of CPython; this module uses its
+constructor ``SemLock(kind, value, maxvalue, name, unlink)``, ``SemLock._rebuild(handle,
+kind, maxvalue, name)`` (reopens a name: the same on Python 3.9-3.13),
+``sem_unlink(name)`` and the methods ``acquire``, ``release``, ``_is_mine``,
+``_count``, ``_get_value``, ``_is_zero``, as :mod:`multiprocessing.synchronize` does.
+``ctx`` is accepted and ignored (every context makes the same primitives).
 """
 
 from __future__ import annotations
 
-import _multiprocessing
-import pickle
-import struct
+import _multiprocessing  # type: ignore[import-not-found]  # CPython private: see above
+import logging
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fiber import util
+from fiber.runtime import config
+from fiber.runtime.managers import sync as _sync
+from fiber.runtime.managers.stdlib import BaseProxy
 from fiber.runtime.shared import served
 from fiber.runtime.shared.buffers import SharedBuffer
 from fiber.wire import shm
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
-           "Barrier"]
+           "Barrier"]  # and, as in multiprocessing.synchronize: SemLock, SEM_VALUE_MAX,
+#                       RECURSIVE_MUTEX, SEMAPHORE
+
+logger = logging.getLogger("fiber.synchronize")
 
 RECURSIVE_MUTEX, SEMAPHORE = 0, 1  # the kinds of _multiprocessing.SemLock
-SEM_VALUE_MAX: int = _multiprocessing.SemLock.SEM_VALUE_MAX
+SEM_VALUE_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
 
+# -- the names this process created ------------------------------------------------------
 _names_lock = threading.Lock()
-_created: set[str] = set()  # semaphore names this process created and has not unlinked
+_names: set[str] = set()  # semaphore names created here and not unlinked yet
+_warned_local = False
 
 
-def _unlink(name: str) -> None:
+def _unlink_name(name: str) -> None:
     with _names_lock:
-        if name not in _created:
+        if name not in _names:
             return
-        _created.discard(name)
+        _names.discard(name)
     try:
         _multiprocessing.sem_unlink(name)
     except OSError:
@@ -71,85 +87,185 @@ def _unlink(name: str) -> None:
 
 
 def _unlink_all() -> None:
-    """At exit, after the children were joined: the names of this process's
-    semaphores go (processes that opened them keep them)."""
+    """At exit, after the children were joined: unlink every name created here."""
     with _names_lock:
-        names = list(_created)
+        names = list(_names)
     for name in names:
-        _unlink(name)
+        _unlink_name(name)
 
 
-def _thread_label() -> str:
-    from fiber.process import current_process  # an API module of the same layer
+def _new_semlock(kind: int, value: int, maxvalue: int) -> Any:
+    """A new named semaphore of this process (unlinked when ``owner`` goes), or a
+    :class:`_LocalSemLock` if this host has no named semaphores."""
+    global _warned_local
+    for _ in range(100):
+        name = "/" + shm.state_name()
+        try:
+            semlock = _multiprocessing.SemLock(kind, value, maxvalue, name, False)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            if not _warned_local:
+                _warned_local = True
+                logger.warning(
+                    "no named semaphores on this host (%s): fiber's locks and other "
+                    "primitives are served by the process that creates them, to every "
+                    "other process (one round trip per operation)", exc)
+            return _LocalSemLock(kind, value, maxvalue)
+        with _names_lock:
+            _names.add(name)
+        util.at_exit("shared semaphores", util.SHARED_STATE, _unlink_all)
+        return semlock
+    raise FileExistsError("cannot find a free name for a semaphore")
 
+
+def _reopen(kind: int, maxvalue: int, name: str, what: str) -> Any:
+    """The semaphore ``name`` that a process of this host created."""
+    try:
+        return _multiprocessing.SemLock._rebuild(0, kind, maxvalue, name)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"the {what} is gone: the process that created it has exited (a shared "
+            "object must be received while its creator runs)") from None
+
+
+class _LocalSemLock:
+    """The methods of ``_multiprocessing.SemLock`` over :mod:`threading`, for a host
+    without named semaphores: only its creator uses it natively."""
+
+    name = None
+    handle = 0
+
+    def __init__(self, kind: int, value: int, maxvalue: int) -> None:
+        self.kind, self.maxvalue = kind, maxvalue
+        self._value = value
+        self._held = 0  # acquisitions by _tid not yet released, as SemLock's count
+        self._tid: int | None = None
+        self._cond = threading.Condition(threading.Lock())
+
+    def _is_mine(self) -> bool:
+        return self._held > 0 and self._tid == threading.get_ident()
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        if self.kind == RECURSIVE_MUTEX and self._is_mine():
+            self._held += 1
+            return True
+        with self._cond:
+            if block:
+                wait = None if timeout is None else max(0.0, timeout)
+                if not self._cond.wait_for(lambda: self._value > 0, wait):
+                    return False
+            elif self._value <= 0:
+                return False
+            self._value -= 1
+            self._held += 1
+            self._tid = threading.get_ident()
+            return True
+
+    def release(self) -> None:
+        if self.kind == RECURSIVE_MUTEX:
+            if not self._is_mine():
+                raise AssertionError("attempt to release recursive lock not owned by thread")
+            if self._held > 1:
+                self._held -= 1
+                return
+        with self._cond:
+            if self.kind != RECURSIVE_MUTEX and self._value >= self.maxvalue:
+                raise ValueError("semaphore or lock released too many times")
+            self._value += 1
+            self._held -= 1
+            self._cond.notify()
+
+    def _count(self) -> int:
+        return self._held
+
+    def _get_value(self) -> int:
+        return self._value
+
+    def _is_zero(self) -> bool:
+        return self._value == 0
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _me() -> str:
+    """The caller as multiprocessing's reprs name an owner."""
+    from fiber.process import current_process  # loaded when a repr needs it
     name = current_process().name
     thread = threading.current_thread().name
     return name if thread == "MainThread" else f"{name}|{thread}"
 
 
-def _path(obj: Any) -> str:
-    """How this process uses ``obj``: ``"native"`` (shared memory of this host) or
-    ``"creator"`` (a proxy: each operation a round trip to its creator). For tests."""
-    return "native" if isinstance(obj, (SemLock, Condition, Event, Barrier)) else "creator"
+def _host() -> bytes | None:
+    config.get_config()  # the shared_memory setting applies (read once)
+    return shm.host_token()
 
 
-def _dumps(state: tuple) -> bytes:
-    try:
-        return pickle.dumps(state, 5)
-    except Exception:  # noqa: BLE001 - e.g. a Barrier's action is a lambda
-        import cloudpickle
-
-        return cloudpickle.dumps(state, 5)
+# -- pickling: native on the creator's host, through the creator elsewhere --------------
+_served_here: dict[tuple[Any, str], Any] = {}  # (address, id) -> object, in its creator
 
 
-class _Shared:
-    """What every primitive shares: pickling by name on the creator's host, as a
-    proxy of the creator's object elsewhere."""
-
-    _typeid = ""
-    _host: bytes | None
-    _token: Any = None
-
-    def _state(self) -> tuple:
-        raise NotImplementedError
-
-    def _set_state(self, state: tuple) -> None:
-        raise NotImplementedError
-
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        token = self._token
-        if token is None:  # this process created it: serve it to other hosts
-            token = self._token = served.token_for(self, self._typeid)
-        # the state goes as a nested pickle: another host never unpickles it (which
-        # would make proxies of the parts for nothing)
-        return (_rebuild, (type(self), _dumps(self._state()), self._host, token))
+def _token_of(obj: Any) -> tuple[bytes | None, Any]:
+    """The host token and the served token to pickle ``obj`` with."""
+    origin = obj.__dict__.get("_origin")
+    if origin is not None:  # attached natively: its creator's
+        return origin
+    token = served.token_for(obj, obj._typeid)
+    _served_here[(tuple(token.address), token.id)] = obj
+    host = _host() if obj._native_state() is not None else None
+    return host, token
 
 
-def _rebuild(cls: type[_Shared], state: bytes, host: bytes | None, token: Any) -> Any:
-    if host is not None and host == shm.host_token():
-        obj = cls.__new__(cls)
-        obj._host, obj._token = host, token
-        obj._set_state(pickle.loads(state))
+def _reduce(obj: Any) -> tuple[Any, tuple[Any, ...]]:
+    host, token = _token_of(obj)
+    state = obj._native_state() if host is not None else None
+    return _rebuild, (type(obj).__name__, state, host, token)
+
+
+def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any) -> Any:
+    """Unpickle a primitive: the creator's own object in its creator, a native object
+    over the same semaphores on its host, else a proxy of it."""
+    obj = _served_here.get((tuple(token.address), token.id))
+    if obj is not None:
         return obj
-    return served.proxy_of(token)
+    if state is not None and host is not None and host == _host():
+        obj = _CLASSES[cls_name]._attach(state)
+        obj._origin = (host, token)
+        return obj
+    proxy = served.proxy_of(token)
+    proxy._fiber_state = (cls_name, state, host)
+    return proxy
 
 
-class SemLock(_Shared):
-    """A semaphore of the kernel, named; the base of the locks and semaphores."""
+def _shared_path(obj: Any) -> str:
+    """Which path ``obj`` takes in this process (for tests): ``"native"`` (this process
+    uses the semaphores itself) or ``"creator"`` (a proxy: through the creator)."""
+    return "creator" if isinstance(obj, BaseProxy) else "native"
+
+
+_path = _shared_path  # the name sharedctypes uses for the same question
+
+
+# -- the primitives -------------------------------------------------------------------
+class SemLock:
+    """The base of the semaphores and locks: a ``_multiprocessing.SemLock``, whose
+    ``acquire(block=True, timeout=None)`` and ``release()`` are this object's."""
+
+    _typeid = "Lock"
+    _what = "lock"
 
     def __init__(self, kind: int, value: int, maxvalue: int, *, ctx: Any = None) -> None:
-        name = "/" + shm.state_name()
-        self._semlock = _multiprocessing.SemLock(kind, value, maxvalue, name, False)
-        with _names_lock:
-            _created.add(name)
-        util.at_exit("shared semaphores", util.SHARED_STATE, _unlink_all)
-        # at exit, _unlink_all does it after the children were joined
-        weakref.finalize(self, _unlink, name).atexit = False
-        self._host = shm.host_token()
-        self._bind()
+        self._semlock = _new_semlock(kind, value, maxvalue)
+        self._make_methods()
+        name = self._semlock.name
+        if name is not None:  # unlinked when collected here, or at exit
+            weakref.finalize(self, _unlink_name, name).atexit = False
 
-    def _bind(self) -> None:
-        # straight to the C methods, as multiprocessing does: no Python frame per call
+    def _make_methods(self) -> None:
         self.acquire = self._semlock.acquire
         self.release = self._semlock.release
 
@@ -157,222 +273,251 @@ class SemLock(_Shared):
         return self._semlock.__enter__()
 
     def __exit__(self, *args: object) -> None:
-        self._semlock.__exit__(*args)
+        return self._semlock.__exit__(*args)
 
-    def _state(self) -> tuple:
+    def _native_state(self) -> tuple[Any, ...] | None:
         sl = self._semlock
-        return (sl.kind, sl.maxvalue, sl.name)
+        return None if sl.name is None else (sl.kind, sl.maxvalue, sl.name)
 
-    def _set_state(self, state: tuple) -> None:
+    @classmethod
+    def _attach(cls, state: tuple[Any, ...]) -> Any:
+        self = cls.__new__(cls)
         kind, maxvalue, name = state
+        self._semlock = _reopen(kind, maxvalue, name, cls._what)
+        self._make_methods()
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reduce(self)
+
+    def _owner(self, me: str) -> tuple[str, Any]:
+        """Who holds it, as multiprocessing's reprs say, and its recursion count."""
+        sl = self._semlock
         try:
-            self._semlock = _multiprocessing.SemLock._rebuild(0, kind, maxvalue, name)
-        except FileNotFoundError:
-            raise FileNotFoundError(
-                f"the semaphore {name} is gone: the process that created this "
-                f"{type(self).__name__} has exited (a primitive must be used while its "
-                "creator runs)") from None
-        self._bind()
+            if sl._is_mine():
+                return me, sl._count()
+            if not sl._is_zero():
+                return "None", 0
+            if sl._count() > 0:
+                return "SomeOtherThread", "nonzero"
+            return "SomeOtherProcess", "nonzero"
+        except Exception:  # noqa: BLE001 - a repr never fails, as multiprocessing's
+            return "unknown", "unknown"
+
+    def _describe(self, me: str) -> str:
+        return f"<{type(self).__name__}(owner={self._owner(me)[0]})>"
+
+    def __repr__(self) -> str:
+        return self._describe(_me())
 
 
 class Semaphore(SemLock):
-    """A counting semaphore (``multiprocessing.Semaphore``)."""
+    """A semaphore: ``acquire`` blocks while its value is 0; ``get_value()``."""
 
     _typeid = "Semaphore"
+    _what = "semaphore"
 
     def __init__(self, value: int = 1, *, ctx: Any = None) -> None:
-        super().__init__(SEMAPHORE, value, SEM_VALUE_MAX, ctx=ctx)
+        SemLock.__init__(self, SEMAPHORE, value, SEM_VALUE_MAX)
 
     def get_value(self) -> int:
+        """The semaphore's value."""
         return self._semlock._get_value()
 
-    def __repr__(self) -> str:
+    def _describe(self, me: str) -> str:
         try:
-            value: object = self._semlock._get_value()
-        except Exception:  # noqa: BLE001 - as multiprocessing: a repr never raises
+            value: Any = self._semlock._get_value()
+        except Exception:  # noqa: BLE001 - as multiprocessing's repr
             value = "unknown"
         return f"<{type(self).__name__}(value={value})>"
 
 
 class BoundedSemaphore(Semaphore):
-    """A semaphore that cannot be released above its initial value."""
+    """A semaphore that cannot be released above its initial value (ValueError)."""
 
     _typeid = "BoundedSemaphore"
 
     def __init__(self, value: int = 1, *, ctx: Any = None) -> None:
-        SemLock.__init__(self, SEMAPHORE, value, value, ctx=ctx)
+        SemLock.__init__(self, SEMAPHORE, value, value)
 
-    def __repr__(self) -> str:
+    def _describe(self, me: str) -> str:
         try:
-            value: object = self._semlock._get_value()
-        except Exception:  # noqa: BLE001
+            value: Any = self._semlock._get_value()
+        except Exception:  # noqa: BLE001 - as multiprocessing's repr
             value = "unknown"
-        return (f"<{type(self).__name__}(value={value}, "
-                f"maxvalue={self._semlock.maxvalue})>")
+        return f"<{type(self).__name__}(value={value}, maxvalue={self._semlock.maxvalue})>"
 
 
 class Lock(SemLock):
-    """A non-recursive lock (``multiprocessing.Lock``)."""
+    """A non-recursive lock (any process or thread may release it)."""
 
     _typeid = "Lock"
 
     def __init__(self, *, ctx: Any = None) -> None:
-        super().__init__(SEMAPHORE, 1, 1, ctx=ctx)
-
-    def __repr__(self) -> str:
-        try:
-            sl = self._semlock
-            if sl._is_mine():
-                owner = _thread_label()
-            elif sl._get_value() == 1:
-                owner = "None"
-            elif sl._count() > 0:
-                owner = "SomeOtherThread"
-            else:
-                owner = "SomeOtherProcess"
-        except Exception:  # noqa: BLE001
-            owner = "unknown"
-        return f"<{type(self).__name__}(owner={owner})>"
+        SemLock.__init__(self, SEMAPHORE, 1, 1)
 
 
 class RLock(SemLock):
-    """A recursive lock (``multiprocessing.RLock``): its owner may acquire it again."""
+    """A recursive lock: its owner thread may acquire it again, and only it releases."""
 
     _typeid = "RLock"
 
     def __init__(self, *, ctx: Any = None) -> None:
-        super().__init__(RECURSIVE_MUTEX, 1, 1, ctx=ctx)
+        SemLock.__init__(self, RECURSIVE_MUTEX, 1, 1)
 
-    def __repr__(self) -> str:
-        try:
-            sl = self._semlock
-            count: object
-            if sl._is_mine():
-                owner, count = _thread_label(), sl._count()
-            elif sl._get_value() == 1:
-                owner, count = "None", 0
-            elif sl._count() > 0:
-                owner, count = "SomeOtherThread", "nonzero"
-            else:
-                owner, count = "SomeOtherProcess", "nonzero"
-        except Exception:  # noqa: BLE001
-            owner, count = "unknown", "unknown"
+    def _describe(self, me: str) -> str:
+        owner, count = self._owner(me)
         return f"<{type(self).__name__}({owner}, {count})>"
 
 
-class Condition(_Shared):
-    """A condition variable (``multiprocessing.Condition``); its lock is an
-    :class:`RLock` unless one is given."""
+def _part_state(part: SemLock) -> tuple[str, Any] | None:
+    state = part._native_state()
+    return None if state is None else (type(part).__name__, state)
+
+
+def _attach_part(state: tuple[str, Any]) -> Any:
+    cls_name, part_state = state
+    return _CLASSES[cls_name]._attach(part_state)
+
+
+class Condition:
+    """A condition variable over ``lock`` (a :class:`Lock` or :class:`RLock`; a new
+    :class:`RLock` by default), with multiprocessing's algorithm: three semaphores
+    count the sleepers, wake them and wait until they woke."""
 
     _typeid = "Condition"
 
-    def __init__(self, lock: Lock | RLock | None = None, *, ctx: Any = None) -> None:
-        self._lock = lock if lock is not None else RLock()
-        self._sleeping_count = Semaphore(0)  # waiters that went to sleep
-        self._woken_count = Semaphore(0)     # waiters that woke (notified or timed out)
-        self._wait_semaphore = Semaphore(0)  # what a notify gives a sleeper
-        self._host = shm.host_token()
-        self._bind()
+    def __init__(self, lock: SemLock | None = None, *, ctx: Any = None) -> None:
+        if lock is None:
+            lock = RLock()
+        elif not isinstance(lock, SemLock):
+            raise TypeError(f"a Condition's lock must be a Lock or an RLock of "
+                            f"fiber.synchronize, not {type(lock).__name__}")
+        self._lock = lock
+        self._sleeping_count = Semaphore(0)
+        self._woken_count = Semaphore(0)
+        self._wait_semaphore = Semaphore(0)
+        self._make_methods()
 
-    def _bind(self) -> None:
+    def _make_methods(self) -> None:
         self.acquire = self._lock.acquire
         self.release = self._lock.release
 
-    def _state(self) -> tuple:
+    def _parts(self) -> tuple[SemLock, ...]:
         return (self._lock, self._sleeping_count, self._woken_count, self._wait_semaphore)
 
-    def _set_state(self, state: tuple) -> None:
+    def _native_state(self) -> tuple[Any, ...] | None:
+        states = tuple(_part_state(part) for part in self._parts())
+        return None if None in states else states
+
+    @classmethod
+    def _attach(cls, state: tuple[Any, ...]) -> Any:
+        self = cls.__new__(cls)
         (self._lock, self._sleeping_count, self._woken_count,
-         self._wait_semaphore) = state
-        self._bind()
+         self._wait_semaphore) = (_attach_part(part) for part in state)
+        self._make_methods()
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reduce(self)
 
     def __enter__(self) -> bool:
         return self._lock.__enter__()
 
     def __exit__(self, *args: object) -> None:
-        self._lock.__exit__(*args)
+        return self._lock.__exit__(*args)
+
+    def _describe(self, me: str) -> str:
+        try:
+            waiters: Any = (self._sleeping_count._semlock._get_value()
+                            - self._woken_count._semlock._get_value())
+        except Exception:  # noqa: BLE001 - as multiprocessing's repr
+            waiters = "unknown"
+        return f"<{type(self).__name__}({self._lock._describe(me)}, {waiters})>"
 
     def __repr__(self) -> str:
-        try:
-            waiters: object = (self._sleeping_count._semlock._get_value()
-                               - self._woken_count._semlock._get_value())
-        except Exception:  # noqa: BLE001
-            waiters = "unknown"
-        return f"<{type(self).__name__}({self._lock}, {waiters})>"
-
-    def _owned(self) -> bool:
-        return bool(self._lock._semlock._is_mine())
+        return self._describe(_me())
 
     def wait(self, timeout: float | None = None) -> bool:
-        assert self._owned(), "must acquire() condition before using wait()"
-        self._sleeping_count.release()
-        # give the lock up completely (an RLock may be held several times)
-        depth = self._lock._semlock._count()
-        for _ in range(depth):
-            self._lock.release()
+        """Release the lock, wait for a notification (or ``timeout`` seconds), take the
+        lock again; False if the wait timed out."""
+        lock = self._lock._semlock
+        assert lock._is_mine(), "must acquire() condition before using wait()"
+        self._sleeping_count.release()  # one more sleeper
+        depth = lock._count()
+        for _ in range(depth):  # an RLock may be held several times
+            lock.release()
         try:
-            return bool(self._wait_semaphore.acquire(True, timeout))
+            return self._wait_semaphore.acquire(True, timeout)
         finally:
-            self._woken_count.release()
+            self._woken_count.release()  # this sleeper woke (notified or timed out)
             for _ in range(depth):
-                self._lock.acquire()
+                lock.acquire()
 
     def notify(self, n: int = 1) -> None:
-        assert self._owned(), "lock is not owned"
-        assert not self._wait_semaphore.acquire(False)
-        # waiters that timed out since the last notify woke without a notification:
-        # take them off the sleepers
+        """Wake up to ``n`` waiters (the lock must be held)."""
+        assert self._lock._semlock._is_mine(), "lock is not owned"
+        assert not self._wait_semaphore.acquire(False), \
+            "notify: Should not have been able to acquire _wait_semaphore"
+        # sleepers that woke by timeout since the last notify are sleepers no more
         while self._woken_count.acquire(False):
             taken = self._sleeping_count.acquire(False)
-            assert taken, "notify: a waiter woke that never slept"
+            assert taken, "notify: Bug in sleeping_count.acquire - res should not be False"
         woken = 0
         while woken < n and self._sleeping_count.acquire(False):
             self._wait_semaphore.release()
             woken += 1
         if woken:
-            for _ in range(woken):
-                self._woken_count.acquire()  # until each of them is awake
-            # a waiter that timed out meanwhile left its notification unused
-            while self._wait_semaphore.acquire(False):
+            for _ in range(woken):  # until each of them has left wait()
+                self._woken_count.acquire()
+            while self._wait_semaphore.acquire(False):  # one that timed out meanwhile
                 pass
 
     def notify_all(self) -> None:
+        """Wake every waiter."""
         self.notify(sys.maxsize)
 
-    def wait_for(self, predicate: Callable[[], Any], timeout: float | None = None) -> Any:
+    def wait_for(self, predicate: Callable[[], Any],
+                 timeout: float | None = None) -> Any:
+        """Wait until ``predicate()`` is true (or ``timeout`` seconds); its last value."""
         result = predicate()
-        if result:
-            return result
         deadline = None if timeout is None else time.monotonic() + timeout
         while not result:
+            left = None
             if deadline is not None:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self.wait(left)
-            else:
-                self.wait()
+            self.wait(left)
             result = predicate()
         return result
 
 
-class Event(_Shared):
-    """An event flag (``multiprocessing.Event``)."""
+class Event:
+    """An event: ``set``, ``clear``, ``is_set`` and ``wait(timeout)``."""
 
     _typeid = "Event"
 
     def __init__(self, *, ctx: Any = None) -> None:
         self._cond = Condition(Lock())
         self._flag = Semaphore(0)
-        self._host = shm.host_token()
 
-    def _state(self) -> tuple:
-        return (self._cond, self._flag)
+    def _native_state(self) -> tuple[Any, ...] | None:
+        cond, flag = self._cond._native_state(), self._flag._native_state()
+        return None if cond is None or flag is None else (cond, flag)
 
-    def _set_state(self, state: tuple) -> None:
-        self._cond, self._flag = state
+    @classmethod
+    def _attach(cls, state: tuple[Any, ...]) -> Any:
+        self = cls.__new__(cls)
+        self._cond = Condition._attach(state[0])
+        self._flag = Semaphore._attach(state[1])
+        return self
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reduce(self)
 
     def is_set(self) -> bool:
+        """Whether the flag is set."""
         with self._cond:
             if self._flag.acquire(False):
                 self._flag.release()
@@ -380,16 +525,19 @@ class Event(_Shared):
             return False
 
     def set(self) -> None:
+        """Set the flag and wake every waiter."""
         with self._cond:
             self._flag.acquire(False)
             self._flag.release()
             self._cond.notify_all()
 
     def clear(self) -> None:
+        """Reset the flag."""
         with self._cond:
             self._flag.acquire(False)
 
     def wait(self, timeout: float | None = None) -> bool:
+        """Wait until the flag is set (or ``timeout`` seconds); whether it is."""
         with self._cond:
             if self._flag.acquire(False):
                 self._flag.release()
@@ -400,66 +548,151 @@ class Event(_Shared):
                 return True
             return False
 
-    def __repr__(self) -> str:
+    def _describe(self, me: str) -> str:
         return f"<{type(self).__qualname__} at {id(self):#x} " \
                f"{'set' if self.is_set() else 'unset'}>"
 
+    def __repr__(self) -> str:
+        return self._describe(_me())
 
-_INTS = struct.Struct("ii")  # a Barrier's state and count
 
-
-class Barrier(_Shared, threading.Barrier):
-    """A barrier (``multiprocessing.Barrier``): :class:`threading.Barrier`'s logic
-    over a shared :class:`Condition` and two shared integers."""
+class Barrier(threading.Barrier):
+    """A barrier for ``parties`` processes (threading.Barrier's algorithm over a
+    :class:`Condition` and two shared counters: its state and the waiters)."""
 
     _typeid = "Barrier"
 
     def __init__(self, parties: int, action: Callable[[], object] | None = None,
                  timeout: float | None = None, *, ctx: Any = None) -> None:
-        self._buffer = SharedBuffer(_INTS.size)  # the creator's: collected, it unlinks
-        self._set_state((parties, action, timeout, Condition(), self._buffer.name))
+        try:
+            buffer: SharedBuffer | None = SharedBuffer(8)
+        except OSError as exc:
+            logger.debug("no shared memory for a Barrier (%s): served by its creator", exc)
+            buffer = None
+        self._setup(parties, action, timeout, Condition(), buffer)
         self._state = 0
         self._count = 0
-        self._host = shm.host_token()
 
-    # threading.Barrier keeps _state and _count as attributes; here they are two
-    # integers of shared memory (properties below), so the pickled state is
-    # _state_tuple(), not _Shared's _state()
-    def _state_tuple(self) -> tuple:
-        return (self._parties, self._action, self._timeout, self._cond,
-                self._buffer.name)
+    def _setup(self, parties: int, action: Callable[[], object] | None,
+               timeout: float | None, cond: Condition, buffer: SharedBuffer | None) -> None:
+        self._parties, self._action, self._timeout = parties, action, timeout
+        self._cond = cond  # threading.Barrier's algorithm, over ours
+        self._buffer = buffer  # kept: the mapping lives as long as this object
+        memory = memoryview(buffer.map) if buffer is not None else memoryview(bytearray(8))
+        self._array = memory[:8].cast("i")
 
-    def _set_state(self, state: tuple) -> None:
-        self._parties, self._action, self._timeout, self._cond, name = state
-        if getattr(self, "_buffer", None) is None:
-            self._buffer = SharedBuffer.attach(name, _INTS.size)
-        self._ints = memoryview(self._buffer.map).cast("i")
+    def _native_state(self) -> tuple[Any, ...] | None:
+        cond = self._cond._native_state()
+        if cond is None or self._buffer is None:
+            return None
+        return (self._parties, self._action, self._timeout, cond, self._buffer.name)
 
-    def __reduce__(self) -> tuple[Callable[..., Any], tuple[Any, ...]]:
-        token = self._token
-        if token is None:
-            token = self._token = served.token_for(self, self._typeid)
-        return (_rebuild, (type(self), _dumps(self._state_tuple()), self._host, token))
+    @classmethod
+    def _attach(cls, state: tuple[Any, ...]) -> Any:
+        parties, action, timeout, cond, name = state
+        try:
+            buffer = SharedBuffer.attach(name, 8)
+        except FileNotFoundError:
+            raise FileNotFoundError(
+                "the barrier is gone: the process that created it has exited (a shared "
+                "object must be received while its creator runs)") from None
+        self = cls.__new__(cls)
+        self._setup(parties, action, timeout, Condition._attach(cond), buffer)
+        return self
 
-    @property  # type: ignore[override]
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _reduce(self)
+
+    # threading.Barrier's counters, in shared memory
+    @property
     def _state(self) -> int:
-        return self._ints[0]
+        return self._array[0]
 
     @_state.setter
     def _state(self, value: int) -> None:
-        self._ints[0] = value
+        self._array[0] = value
 
     @property
     def _count(self) -> int:
-        return self._ints[1]
+        return self._array[1]
 
     @_count.setter
     def _count(self, value: int) -> None:
-        self._ints[1] = value
+        self._array[1] = value
+
+    def _describe(self, me: str) -> str:
+        return threading.Barrier.__repr__(self)
+
+
+_CLASSES: dict[str, Any] = {cls.__name__: cls for cls in (
+    SemLock, Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event, Barrier)}
+
+
+# -- proxies: the same objects through their creator ----------------------------------
+class _SharedProxyMixin:
+    """What the proxies of this module add to the standard ones: a repr like the native
+    object's (one round trip), and pickling that gives a process of the creator's host
+    the native object."""
+
+    _fiber_state: tuple[Any, ...] = ("SemLock", None, None)
+
+    if TYPE_CHECKING:  # BaseProxy's
+        _token: Any
+
+        def _callmethod(self, methodname: str, args: tuple = (),
+                        kwds: dict | None = None) -> Any: ...
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        cls_name, state, host = self._fiber_state
+        return _rebuild, (cls_name, state, host, self._token)
 
     def __repr__(self) -> str:
-        if self.broken:
-            return f"<{type(self).__module__}.{type(self).__qualname__} at {id(self):#x}: broken>"
-        return (f"<{type(self).__module__}.{type(self).__qualname__} at {id(self):#x}: "
-                f"waiters={self.n_waiting}/{self.parties}>")
+        try:
+            return self._callmethod("_describe", (_me(),))
+        except Exception:  # noqa: BLE001 - a repr never fails
+            return f"<{self._token.typeid} of a process that cannot be reached>"
 
+    __str__ = __repr__
+
+
+class _LockProxy(_SharedProxyMixin, _sync.AcquirerProxy):  # type: ignore[name-defined]
+    """A Lock or RLock used through its creator."""
+
+    _exposed_: tuple[str, ...] = ("acquire", "release", "_describe")
+
+
+class _SemaphoreProxy(_LockProxy):
+    """A Semaphore or BoundedSemaphore used through its creator."""
+
+    _exposed_ = ("acquire", "release", "get_value", "_describe")
+
+    def get_value(self) -> int:
+        """The semaphore's value."""
+        return self._callmethod("get_value")
+
+
+class _ConditionProxy(_SharedProxyMixin, _sync.ConditionProxy):  # type: ignore[name-defined]
+    """A Condition used through its creator."""
+
+    _exposed_ = ("acquire", "release", "wait", "notify", "notify_all", "_describe")
+
+
+class _EventProxy(_SharedProxyMixin, _sync.EventProxy):  # type: ignore[name-defined]
+    """An Event used through its creator."""
+
+    _exposed_ = ("is_set", "set", "clear", "wait", "_describe")
+
+
+class _BarrierProxy(_SharedProxyMixin, _sync.BarrierProxy):  # type: ignore[name-defined]
+    """A Barrier used through its creator."""
+
+    _exposed_ = ("__getattribute__", "wait", "abort", "reset", "_describe")
+
+
+for _typeid, _proxy in (("Lock", _LockProxy), ("RLock", _LockProxy),
+                        ("Semaphore", _SemaphoreProxy),
+                        ("BoundedSemaphore", _SemaphoreProxy),
+                        ("Condition", _ConditionProxy), ("Event", _EventProxy),
+                        ("Barrier", _BarrierProxy)):
+    served.register(_typeid, _proxy)
+del _typeid, _proxy
