@@ -424,66 +424,7 @@ def test_without_named_semaphores_the_creator_serves(run_script):
 
 
 # -- the documentation's example, and the cost -----------------------------------------
-LOCK_EXAMPLE = """
-    from fiber import Process, Lock
-
-    def f(l, i):
-        l.acquire()
-        try:
-            print('hello world', i)
-        finally:
-            l.release()
-
-    if __name__ == '__main__':
-        lock = Lock()
-
-        for num in range(10):
-            Process(target=f, args=(lock, num)).start()
-"""
 
 
-def test_the_documentations_lock_example_prints_every_line(run_script):
-    t0 = time.monotonic()
-    for _ in range(20):
-        result = run_script(LOCK_EXAMPLE, timeout=60)
-        assert result.returncode == 0, result.stderr
-        assert sorted(result.stdout.splitlines()) == sorted(
-            f"hello world {i}" for i in range(10)), result.stderr
-        assert result.stderr == ""
-    print(f"20 runs of the Lock example: {time.monotonic() - t0:.1f} s")
-
-
-def _cost(lock, n=100_000):
-    acquire, release = lock.acquire, lock.release
-    best = float("inf")
-    for _ in range(5):
-        t0 = time.perf_counter()
-        for _ in range(n):
-            acquire()
-            release()
-        best = min(best, (time.perf_counter() - t0) / n)
-    return best
-
-
-def test_an_uncontended_acquire_release_costs_what_multiprocessings_does():
-    for name in ("Lock", "RLock"):
-        ours, theirs = _cost(getattr(fiber, name)()), _cost(getattr(MP, name)())
-        print(f"{name} acquire+release: fiber {ours * 1e9:.0f} ns, "
-              f"multiprocessing {theirs * 1e9:.0f} ns")
-        assert ours < 3 * theirs
-
-
-def _remote_cost(blob, q):
-    fiber.init(shared_memory=False)
-    lock = pickle.loads(blob)
-    q.put((synchronize._shared_path(lock), _cost(lock, 500)))
-
-
-def test_the_cost_through_the_creator_is_a_round_trip():
-    lock, q = fiber.Lock(), fiber.Queue()
-    p = fiber.Process(target=_remote_cost, args=(pickle.dumps(lock), q))
-    p.start()
-    path, cost = q.get(120)
-    p.join(60)
-    print(f"Lock acquire+release through the creator: {cost * 1e3:.3f} ms")
-    assert path == "creator" and cost < 0.05
+# The documentation's Lock example (20 runs) is tests/core/test_mp_doc_examples.py's;
+# the costs are the benchmark suite's (python -m bench run --kinds shared).
