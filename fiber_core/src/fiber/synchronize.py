@@ -43,7 +43,7 @@ kind, maxvalue, name)`` (reopens a name: the same on Python 3.9-3.13),
 
 from __future__ import annotations
 
-import _multiprocessing  # type: ignore[import-not-found]  # CPython private: see above
+import _multiprocessing  # CPython private: see above (no stubs: mypy.ini)
 import logging
 import sys
 import threading
