@@ -39,7 +39,7 @@ def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has ended
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (the latter: it ended while read)
         return False
 
 
