@@ -104,5 +104,5 @@ def _alive(pid: int) -> bool:
     try:  # a zombie of an exited child is not alive
         with open(f"/proc/{pid}/stat") as f:
             return f.read().split(")")[-1].split()[0] != "Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # (the latter: it ended while read)
         return False
