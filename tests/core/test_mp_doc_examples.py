@@ -64,3 +64,20 @@ def test_lock_example_prints_every_line_every_time():
         assert sorted(out.splitlines()) == sorted(f"hello world {i}" for i in range(10))
         assert err == ""
     assert set(shm.state_names()) <= before
+
+
+def test_customized_managers_example_prints_what_multiprocessing_prints(tmp_path):
+    """The "customized managers and proxies" example (mp_newtype.py): fiber's output
+    is multiprocessing's, line for line (the same program with multiprocessing
+    imported is run beside it)."""
+    source = (DOCS / "mp_newtype.py").read_text()
+    with_mp = tmp_path / "mp_newtype_mp.py"
+    with_mp.write_text(source.replace("from fiber", "from multiprocessing"))
+    expected = subprocess.run([sys.executable, str(with_mp)], capture_output=True,
+                              text=True, timeout=60, stdin=subprocess.DEVNULL)
+    assert expected.returncode == 0, expected.stderr
+    [(code, out, err)] = _runs("mp_newtype.py", times=1, at_once=1, timeout=60)
+    assert code == 0, f"exit code {code}\n--- err\n{err}"
+    assert err == "", err
+    assert out == expected.stdout
+    assert "<81>" in out and "op.add(23, 45) = 68" in out
