@@ -11,7 +11,10 @@ the jobs:
   :class:`~fiber.backend.ClusterUnreachableError` with ``transient=False`` (as a
   missing key file or kubeconfig would);
 * ``FAULTY_POLL_OUTAGE=S``: ``poll`` raises
-  :class:`~fiber.backend.ClusterUnreachableError` for S seconds from its first call.
+  :class:`~fiber.backend.ClusterUnreachableError` for S seconds from its first call;
+* ``FAULTY_TERMINATE_DOWN=S``: ``terminate`` waits S seconds, then raises
+  :class:`~fiber.backend.ClusterUnreachableError` (a cluster manager that does not
+  answer: the job is not ended by the backend).
 
 Everything else (and every call once the fault is over) is the local backend's own.
 """
@@ -61,6 +64,13 @@ class FaultyBackend(LocalBackend):
             raise TransientBackendError("injected: the API server answered 503 Service "
                                         "Unavailable")
         return super().create_job(spec)
+
+    def terminate(self, job: Job, force: bool = False) -> None:
+        down = os.environ.get("FAULTY_TERMINATE_DOWN")
+        if down is not None:
+            time.sleep(float(down))
+            raise ClusterUnreachableError("injected: the cluster manager does not answer")
+        super().terminate(job, force)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:
         global _first_poll, injected_poll_failures

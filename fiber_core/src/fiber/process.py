@@ -11,7 +11,6 @@ listed in docs/architecture.md.
 from __future__ import annotations
 
 import itertools
-import logging
 import os
 import signal
 import sys
@@ -31,6 +30,8 @@ if TYPE_CHECKING:  # imported when a process starts (start-up time)
 __all__ = ["BaseProcess", "Process", "current_process", "parent_process", "active_children"]
 
 _children: set[Process] = set()
+#: seconds the exit waits for daemonic children, before and after forcing their end
+DAEMON_JOIN_WAIT = 5.0
 _counter = itertools.count(1)
 _lock = threading.Lock()
 
@@ -358,15 +359,18 @@ def _main_exit() -> None:
 
 def _exit_function() -> None:
     """At the end of a process: terminate daemonic children, join the others (as
-    multiprocessing does)."""
+    multiprocessing does). Daemonic children are ended together (one call per
+    backend) and waited for a bounded time: a cluster that does not answer cannot
+    hold the exit (their jobs also leave on their own once this process is gone, and
+    what the cluster could not end is said at exit)."""
+    children = active_children()
+    daemonic = [p for p in children if p.daemon]
+    if daemonic:
+        from fiber.runtime import popen as job_popen
+        job_popen.end_and_wait(daemonic, DAEMON_JOIN_WAIT)
     for p in active_children():
         if p.daemon:
-            try:
-                p.terminate()
-            except Exception:  # noqa: BLE001 - the cluster may be gone already
-                logging.getLogger("fiber").debug("terminating %s at exit failed", p.name,
-                                                 exc_info=True)
-    for p in active_children():
+            continue
         try:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort

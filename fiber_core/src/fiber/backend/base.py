@@ -20,6 +20,7 @@ that message should say what to do. Any other exception counts as permanent too.
 from __future__ import annotations
 
 import abc
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -41,7 +42,8 @@ class Backend(abc.ABC):
 
     Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
-    cluster can answer for many jobs in one call), :meth:`wait`, :meth:`logs`,
+    cluster can answer for many jobs in one call), :meth:`terminate_jobs` (the same
+    for ending many jobs), :meth:`wait`, :meth:`logs`,
     :meth:`listen_address`, :meth:`expect_jobs`, :meth:`release`, :meth:`list_jobs`,
     :meth:`close`.
     """
@@ -58,6 +60,8 @@ class Backend(abc.ABC):
     #: CLI's ``fiber jobs`` and ``fiber clean`` need); False when it knows only this
     #: instance's jobs, and then the CLI says it cannot list them
     lists_others_jobs: bool = True
+    #: calls to the cluster manager the default :meth:`terminate_jobs` makes at once
+    max_parallel_calls: int = 16
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = options
@@ -89,6 +93,49 @@ class Backend(abc.ABC):
         keeps the jobs' last known state and polls again later; report
         :attr:`JobState.LOST` only for a job the cluster says is gone."""
         return {job.id: self.status(job) for job in jobs}
+
+    def terminate_jobs(self, jobs: Sequence[Job], force: bool = False
+                       ) -> dict[str, BaseException]:
+        """End many jobs (a pool's workers), as :meth:`terminate` each; return the
+        errors of those that could not be ended now, keyed by ``job.id`` (an empty
+        dict when all were). The core calls it whenever it ends a group of jobs, so a
+        cluster that can end many jobs in one request (one ``scancel`` of many ids, a
+        delete by label) should override it. The default calls :meth:`terminate` for
+        each job, :attr:`max_parallel_calls` at a time. A job that has already ended
+        is no error."""
+        errors: dict[str, BaseException] = {}
+
+        def end(job: Job) -> None:
+            try:
+                self.terminate(job, force)
+            except Exception as exc:  # noqa: BLE001 - reported to the caller
+                errors[job.id] = exc
+
+        if len(jobs) <= 1:
+            for job in jobs:
+                end(job)
+            return errors
+        # daemon threads (not an executor's, which the interpreter waits for at exit):
+        # a call that hangs on a cluster that does not answer must not hold the exit
+        todo = iter(list(jobs))
+        lock = threading.Lock()
+
+        def caller() -> None:
+            while True:
+                with lock:
+                    job = next(todo, None)
+                if job is None:
+                    return
+                end(job)
+
+        callers = [threading.Thread(target=caller, name=f"fiber-end-{self.name}",
+                                    daemon=True)
+                   for _ in range(min(len(jobs), max(1, self.max_parallel_calls)))]
+        for thread in callers:
+            thread.start()
+        for thread in callers:
+            thread.join()
+        return errors
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
         """Block until the job has ended and return its final status, or ``None`` on

@@ -20,6 +20,7 @@ import io
 import multiprocessing.spawn
 import os
 import pickle
+import signal
 import socket
 import sys
 import threading
@@ -132,9 +133,13 @@ def _heartbeat(client: transport.Client, channel: int, interval: float, timeout:
     ctx = client.context()
     while True:
         try:
-            ctx.request(channel, Control.WATCH, timeout=interval + timeout)
+            reply = ctx.request(channel, Control.WATCH, timeout=interval + timeout)
         except ConnectionLostError as exc:
             _parent_gone(str(exc))
+        if reply == Control.END_KILL:  # the parent ends this job itself: the cluster
+            os.kill(os.getpid(), signal.SIGKILL)  # manager may be slow or down
+        elif reply == Control.END_TERM:
+            os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _prepare(data: dict) -> None:

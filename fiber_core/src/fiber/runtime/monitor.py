@@ -36,6 +36,10 @@ class JobMonitor:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._jobs: dict[str, tuple[Job, Callback]] = {}
+        #: when the current outage began (time.monotonic()), None while polls work
+        self.outage_since: float | None = None
+        #: when the poll under way began (None between polls)
+        self.polling_since: float | None = None
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"fiber-monitor-{backend.name}",
                                         daemon=True)
@@ -57,18 +61,18 @@ class JobMonitor:
     def _run(self) -> None:
         interval = max(0.01, float(self.backend.poll_interval))
         pause = interval
-        outage_since: float | None = None
         while True:
             with self._cond:
                 while not self._jobs:
                     self._cond.wait()
                 self._cond.wait(pause)
                 jobs = [job for job, _ in self._jobs.values()]
+            self.polling_since = time.monotonic()
             try:
                 statuses = self.backend.poll(jobs)
             except Exception as exc:  # noqa: BLE001 - keep watching; the cluster may come back
-                if outage_since is None:
-                    outage_since = time.monotonic()
+                if self.outage_since is None:
+                    self.outage_since = time.monotonic()
                     logger.warning(
                         "cannot read the status of %d %s jobs (%s: %s); fiber keeps "
                         "polling, and takes no job for lost meanwhile", len(jobs),
@@ -77,10 +81,12 @@ class JobMonitor:
                              exc_info=True)
                 pause = min(pause * 2, max(interval, LONGEST_OUTAGE_PAUSE))
                 continue
-            if outage_since is not None:
+            finally:
+                self.polling_since = None
+            if self.outage_since is not None:
                 logger.info("the status of %s jobs can be read again (after %.1f s)",
-                            self.backend.name, time.monotonic() - outage_since)
-                outage_since = None
+                            self.backend.name, time.monotonic() - self.outage_since)
+                self.outage_since = None
                 pause = interval
             for job_id, status in statuses.items():
                 if not status.is_final:
@@ -97,6 +103,23 @@ class JobMonitor:
 
 _monitors: dict[int, JobMonitor] = {}
 _lock = threading.Lock()
+
+
+#: a poll that has not returned after this many seconds counts as an outage
+SLOW_POLL = 2.0
+
+
+def in_outage(backend: Backend) -> bool:
+    """Whether the cluster manager of ``backend`` does not answer now: its last
+    status poll failed, or the one under way has taken more than :data:`SLOW_POLL`
+    seconds."""
+    with _lock:
+        mon = _monitors.get(id(backend))
+    if mon is None or mon.backend is not backend:
+        return False
+    since = mon.polling_since
+    return mon.outage_since is not None or (
+        since is not None and time.monotonic() - since > SLOW_POLL)
 
 
 def monitor_for(backend: Backend) -> JobMonitor:

@@ -16,13 +16,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.runtime import config, retry, run
-from fiber.runtime.monitor import monitor_for
+from fiber.runtime import config, retry, run, teardown
+from fiber.runtime.monitor import in_outage, monitor_for
 from fiber.runtime.pipes import recording_transit, release_transit
 from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
@@ -118,6 +118,8 @@ class ControlChannel:
         self.popen = popen
         self.peer: int | None = None
         self._watch: transport.Request | None = None
+        self._end: bytes | None = None  # ask_to_end(): what the next heartbeat answers
+        self._end_lock = threading.Lock()
         self.last_seen = time.monotonic()
 
     def handle(self, request: transport.Request, payload: memoryview) -> None:
@@ -132,6 +134,9 @@ class ControlChannel:
             previous, self._watch = self._watch, request
             if previous is not None:
                 previous.reply(b"")
+            if self._end is not None:
+                self._send_end()
+                return
             popen.hub.call_later(popen.heartbeat_interval, lambda: self._beat(request))
         elif op == Control.HELLO:
             if self.peer is not None:
@@ -155,6 +160,23 @@ class ControlChannel:
             request.reply(b"")
         else:
             request.reply(b"unknown control request", transport.ERROR)
+
+    def ask_to_end(self, force: bool) -> None:
+        """Ask the connected job to signal itself (SIGKILL with ``force``, else
+        SIGTERM) through its parked heartbeat: it ends at once, whatever its cluster
+        manager is doing."""
+        self._end = Control.END_KILL if force else Control.END_TERM
+        self.popen.hub.call_later(0, self._send_end)
+
+    def _send_end(self) -> None:
+        with self._end_lock:
+            watch, end = self._watch, self._end
+            if watch is None or end is None:
+                return  # sent at the job's next heartbeat
+            self._watch = self._end = None
+        self.popen.asked_to_end = -(signal.SIGKILL if end == Control.END_KILL
+                                    else signal.SIGTERM)
+        watch.reply(end)
 
     def _beat(self, request: transport.Request) -> None:
         if self._watch is request:
@@ -189,6 +211,9 @@ class JobPopen:
         self._released = False
         self._callbacks: list[Callable[[], None]] = []
         self._ending = False  # terminate()/kill() was called
+        # the exit code (a negative signal) the job was told to end with, over its
+        # heartbeat line (ControlChannel.ask_to_end)
+        self.asked_to_end: int | None = None
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
         with recording_transit() as self._transit:
             payload = serialization.dumps_code(process_obj)
@@ -291,6 +316,10 @@ class JobPopen:
     def connection_lost(self) -> None:
         if self.exit_reported is not None:
             self._finish(self.exit_reported)
+        elif self.asked_to_end is not None:
+            # it was told to signal itself, and its connection is gone: it has (a
+            # job that outlived it would exit anyway once its parent is silent)
+            self._finish(self.asked_to_end)
         else:
             monitor_for(self.backend).wake()
 
@@ -370,11 +399,6 @@ class JobPopen:
                 _unreleased.discard(self)
                 _unreleased_lock.notify_all()
 
-    def _release_now(self) -> None:
-        """At exit, for a job whose final status has not come: end and free it now."""
-        self._force_end()
-        self._release()
-
     def write_output(self, stream: bytes, text: str) -> None:
         out = sys.stderr if stream == b"2" else sys.stdout
         if self.prefix:
@@ -394,15 +418,30 @@ class JobPopen:
         self._done.wait(timeout)
         return self.returncode
 
+    def has_ended(self) -> bool:
+        """Whether the job's end is known (for :mod:`fiber.runtime.teardown`)."""
+        return self._done.is_set()
+
     def terminate(self) -> None:
-        if not self._done.is_set():
-            self._ending = True
-            self.backend.terminate(self.job)
+        self._end(False)
 
     def kill(self) -> None:
-        if not self._done.is_set():
-            self._ending = True
-            self.backend.terminate(self.job, force=True)
+        self._end(True)
+
+    def _end(self, force: bool) -> None:
+        """SIGTERM (SIGKILL with ``force``): a connected job is told over its own
+        connection, and the backend is asked too. A connected job ends whatever the
+        cluster manager does, so a backend error is then left to the teardown's retries;
+        a job that is not connected yet depends on the backend, whose error is
+        raised."""
+        if self._done.is_set():
+            return
+        self._ending = True
+        if not self._connected:
+            self.backend.terminate(self.job, force)
+            return
+        self.channel.ask_to_end(force)
+        teardown.end_jobs([self], force)
 
     @property
     def sentinel(self) -> int:
@@ -448,15 +487,109 @@ _unreleased_lock = threading.Condition()
 RELEASE_AT_EXIT_TIMEOUT = 10.0
 
 
+def end_processes(processes: Iterable[Any], force: bool = False,
+                  wait: float = teardown.END_WAIT) -> None:
+    """End the jobs of many started processes at once (a pool's workers): one
+    :meth:`Backend.terminate_jobs` call per backend, waited for at most ``wait``
+    seconds; a cluster that does not answer is asked again in the background
+    (:mod:`fiber.runtime.teardown`)."""
+    popens = []
+    for proc in processes:
+        p = _job_popen(proc)
+        if p is not None:
+            if hasattr(p, "job") and not p.has_ended():  # (job: once create_job returned)
+                p._ending = True
+                if p._connected:
+                    p.channel.ask_to_end(force)
+                popens.append(p)
+            continue
+        try:  # not a job (a test's stand-in): its own methods
+            proc.kill() if force else proc.terminate()
+        except Exception:  # noqa: BLE001 - not started, or already gone
+            pass
+    teardown.end_jobs(popens, force, wait)
+
+
+def _job_popen(proc: Any) -> JobPopen | None:
+    p = getattr(proc, "_popen", None)
+    return p if isinstance(p, JobPopen) else None
+
+
+def _running(proc: Any) -> bool:
+    p = _job_popen(proc)
+    if p is not None:
+        return not p.has_ended()
+    try:
+        return proc.exitcode is None
+    except Exception:  # noqa: BLE001 - never started, or closed
+        return False
+
+
+def _may_end_soon(proc: Any) -> bool:
+    """Whether waiting for ``proc`` can help: it is connected (told to end over its
+    own connection), or its cluster manager answers."""
+    p = _job_popen(proc)
+    return p is None or p._connected or not in_outage(p.backend)
+
+
+def end_and_wait(processes: Iterable[Any], wait: float) -> list[Any]:
+    """End ``processes`` (SIGTERM-like), wait up to ``wait`` seconds for them, force
+    the end of those still running and wait as long again; the ones still running
+    (their cluster does not answer: :mod:`fiber.runtime.teardown` keeps trying). The
+    waits stop early when nothing left can end (not connected, cluster down)."""
+    left = [proc for proc in processes if _running(proc)]
+    for force in (False, True):
+        if not left:
+            break
+        end_processes(left, force=force)
+        deadline = time.monotonic() + wait
+        while True:
+            left = [proc for proc in left if _running(proc)]
+            waiting = [proc for proc in left if _may_end_soon(proc)]
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                break
+            p = _job_popen(waiting[0])
+            if p is not None:
+                p._done.wait(min(0.05, remaining))
+            else:
+                time.sleep(min(0.05, remaining))
+    return left
+
+
 def release_all(timeout: float = RELEASE_AT_EXIT_TIMEOUT) -> None:
     """Wait up to ``timeout`` seconds for every job of this process to be freed by its
-    backend, then end and free those that are left (so an exiting program leaves no
-    container, pod or job behind)."""
+    backend (not while the backend's cluster does not answer), then end and free
+    those that are left (so an exiting program leaves no container, pod or job
+    behind), and say which jobs could not be ended."""
     deadline = time.monotonic() + timeout
     with _unreleased_lock:
         while _unreleased and time.monotonic() < deadline:
-            _unreleased_lock.wait(deadline - time.monotonic())
+            if all(in_outage(p.backend) for p in _unreleased):
+                break  # no final status comes while the cluster does not answer
+            _unreleased_lock.wait(min(0.5, deadline - time.monotonic()))
         left = list(_unreleased)
-    for popen in left:
-        logger.debug("freeing job %s at exit (no final status yet)", popen.job.id)
-        popen._release_now()
+    if left:
+        for popen in left:
+            logger.debug("ending job %s at exit (no final status yet)", popen.job.id)
+            popen._ending = True
+        teardown.end_jobs(left, force=True)
+        _release_many(left, teardown.END_WAIT)
+    teardown.report_at_exit()
+    # (each wait above stops early for a backend whose cluster does not answer)
+
+
+def _release_many(popens: list[JobPopen], wait: float) -> None:
+    """Free ``popens``' jobs concurrently, waiting at most ``wait`` seconds (a cluster
+    that does not answer holds a daemon thread, not the exit)."""
+    threads = [threading.Thread(target=p._release, name="fiber-release", daemon=True)
+               for p in popens]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + wait
+    for thread, p in zip(threads, popens, strict=True):
+        while thread.is_alive() and not in_outage(p.backend):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            thread.join(min(0.05, remaining))

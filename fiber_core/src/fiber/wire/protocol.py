@@ -59,8 +59,11 @@ class Control:
     HELLO = b"H"  # the job is up: its versions, pid and host (see hello())
     OUTPUT = b"O"  # + stream (b"1" stdout, b"2" stderr) + text: lines it printed
     WATCH = b"W"  # heartbeat: parked by the parent, answered every heartbeat_interval
+    # (b"" to beat; END_TERM / END_KILL: the parent asks the job to signal itself)
     EXIT = b"X"  # + pickled exit code
     FAILED = b"F"  # + traceback text: it could not prepare to run the process
+    END_TERM = b"T"  # a WATCH answer: SIGTERM yourself (Process.terminate())
+    END_KILL = b"K"  # a WATCH answer: SIGKILL yourself (Process.kill())
 
 
 class MailboxOp:

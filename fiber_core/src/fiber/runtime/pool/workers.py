@@ -36,8 +36,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
+from fiber import util
 from fiber.errors import ProcessStartError
-from fiber.runtime import retry
+from fiber.runtime import popen, retry
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
 from fiber.wire import transport
 
@@ -45,6 +46,8 @@ logger = logging.getLogger("fiber")
 
 START_FAILURES_LIMIT = 3
 STARTER_THREADS = 8
+#: seconds terminate_workers waits for the workers to exit, before and after forcing
+END_JOIN_WAIT = 5.0
 
 
 class WorkerProcess(Protocol):
@@ -66,23 +69,24 @@ class WorkerProcess(Protocol):
 
 def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
                       cid: int) -> None:
-    """End ``processes`` (bounded waits) after closing the pool's channel ``cid``."""
+    """End ``processes`` after closing the pool's channel ``cid``: their jobs in bulk
+    (one call per backend), then a bounded wait, a forced end of those still running
+    and another bounded wait. A cluster that does not answer is asked again in the
+    background (:mod:`fiber.runtime.teardown`), so this returns within seconds."""
     if hub is not None:
-        hub.remove_channel(cid)
-    processes = list(processes)
-    for p in processes:
-        try:
-            p.terminate()
-        except Exception:  # noqa: BLE001 - already gone
-            pass
-    for p in processes:
-        try:
-            p.join(5)
-            if p.exitcode is None:
-                p.kill()
-                p.join(5)
-        except Exception:  # noqa: BLE001 - a worker that never started
-            pass
+        hub.remove_channel(cid)  # connected workers leave on their own
+    popen.end_and_wait(list(processes), END_JOIN_WAIT)
+
+
+def end_pool(scheduler: Scheduler, changed: threading.Condition,
+             processes: list[WorkerProcess], hub: transport.Hub | None, cid: int) -> None:
+    """The end of a pool that was not terminated before (at exit, or when it is
+    garbage collected), as terminate(): what is pending fails, the workers end."""
+    with changed:
+        failed = scheduler.terminate()
+    if failed:
+        settle(failed)
+    terminate_workers(processes, hub, cid)
 
 
 class WorkerSet:
@@ -97,8 +101,12 @@ class WorkerSet:
         self._changed = changed
         self._make_process = make_process
         self._cid = cid
+        self._hub = hub
         self.processes: list[WorkerProcess] = []  # every worker started, until joined
-        self.finalizer = weakref.finalize(owner, terminate_workers, self.processes, hub, cid)
+        # as multiprocessing's pools: ended at exit before the process ends its children
+        self.finalizer = util.Finalize(owner, end_pool,
+                                       (scheduler, changed, self.processes, hub, cid),
+                                       exitpriority=15)
         self._starter = ThreadPoolExecutor(max_workers=STARTER_THREADS,
                                            thread_name_prefix="fiber-pool-start")
         self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
@@ -133,7 +141,7 @@ class WorkerSet:
         """Workers to start now ([] for none), or None when supervising is over.
         Called with the lock held."""
         s = self._scheduler
-        if s.state == TERMINATE or not self.finalizer.alive:
+        if s.state == TERMINATE or not self.finalizer.still_active():
             return None  # terminated, or the pool was collected during a start
         live = sum(1 for w in s.workers.values() if w.alive and not w.stopping)
         need = s.target - live
@@ -170,7 +178,7 @@ class WorkerSet:
             self.processes.append(process)
             # (the finalizer is no longer alive once it has begun: from then on it ends
             # the processes it found, and this one is not among them)
-            late = s.state == TERMINATE or not self.finalizer.alive
+            late = s.state == TERMINATE or not self.finalizer.still_active()
         if late:
             # terminate(), or the collection of the pool, ended the workers it knew of
             # while this one was starting
@@ -189,7 +197,7 @@ class WorkerSet:
         """No worker is wanted any more: the pool was terminated or collected, or it
         is closed with nothing left to do. Called with the lock held."""
         s = self._scheduler
-        return (s.state == TERMINATE or not self.finalizer.alive
+        return (s.state == TERMINATE or not self.finalizer.still_active()
                 or (s.state == CLOSE and not s.unfinished()))
 
     def _retry_pause(self, seconds: float) -> bool:
@@ -206,16 +214,16 @@ class WorkerSet:
     def _ended(self, w: Worker) -> None:
         """The job of ``w`` ended."""
         s = self._scheduler
-        popen = w.process._popen if w.process is not None else None
-        if popen is not None and not w.connected and not w.stopping \
-                and s.state != TERMINATE and popen.failed_on_its_own:
+        job_popen = w.process._popen if w.process is not None else None
+        if job_popen is not None and not w.connected and not w.stopping \
+                and s.state != TERMINATE and job_popen.failed_on_its_own:
             with self._changed:
                 s.start_failures += 1
                 failures = s.start_failures
             if failures >= START_FAILURES_LIMIT:
-                self._break(popen.start_error or ProcessStartError(
+                self._break(job_popen.start_error or ProcessStartError(
                     f"{failures} pool workers in a row exited (last exit code "
-                    f"{popen.returncode}) before they could take tasks; see their output "
+                    f"{job_popen.returncode}) before they could take tasks; see their output "
                     "above"))
         with self._changed:
             failed = s.lose(w)
@@ -284,4 +292,6 @@ class WorkerSet:
                 p.join()
             except ProcessStartError:
                 pass
-        self.finalizer()
+        if self.finalizer.still_active():  # closed and joined: nothing left to fail
+            self.finalizer.cancel()
+            terminate_workers(self.processes, self._hub, self._cid)

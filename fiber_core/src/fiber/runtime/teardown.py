@@ -1,0 +1,238 @@
+"""Ending groups of jobs: in bulk, bounded in time, retried while the cluster does
+not answer, and said at exit when some could not be ended.
+
+A pool that is terminated, or a program that exits, ends its jobs through
+:func:`end_jobs`: one :meth:`Backend.terminate_jobs` call per backend (one ``scancel``
+of many ids on Slurm; concurrent calls elsewhere), made in a thread of its own, and
+waited for at most :data:`END_WAIT` seconds. A cluster manager that is down for a
+while therefore does not hold the caller: the call goes on in its thread, and the jobs
+whose end it could not ask for are handed to the *reaper*, a thread that asks again,
+backing off from :data:`RETRY_FIRST` to :data:`RETRY_LONGEST` seconds, until each job
+has ended (its final status came) or the program exits. At exit,
+:func:`report_at_exit` makes one last bounded attempt and logs a warning that lists
+the jobs it could not end, with the command that ends them later (``fiber clean``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from typing import Protocol
+
+from fiber.backend import Backend
+from fiber.backend.job import Job
+from fiber.runtime.monitor import in_outage
+
+logger = logging.getLogger("fiber")
+
+#: seconds :func:`end_jobs` waits for the cluster before it returns
+END_WAIT = 3.0
+#: the reaper's first and longest pause between two tries, seconds
+RETRY_FIRST = 1.0
+RETRY_LONGEST = 15.0
+
+__all__ = ["END_WAIT", "Endable", "end_jobs", "pending", "report_at_exit"]
+
+
+class Endable(Protocol):
+    """What :func:`end_jobs` ends: a job and whether its end is known (a JobPopen)."""
+
+    job: Job
+    backend: Backend
+
+    def has_ended(self) -> bool: ...
+
+
+def _by_backend(items: Iterable[Endable]) -> dict[int, tuple[Backend, list[Endable]]]:
+    groups: dict[int, tuple[Backend, list[Endable]]] = {}
+    for item in items:
+        groups.setdefault(id(item.backend), (item.backend, []))[1].append(item)
+    return groups
+
+
+def _call(backend: Backend, items: Sequence[Endable], force: bool) -> list[Endable]:
+    """One ``terminate_jobs`` call; the items it could not end (all, if it raised)."""
+    _reaper.begin(items, force)
+    try:
+        errors = backend.terminate_jobs([item.job for item in items], force)
+    except Exception as exc:  # noqa: BLE001 - the cluster may not answer now
+        logger.debug("ending %d %s jobs failed", len(items), backend.name, exc_info=True)
+        errors = {item.job.id: exc for item in items}
+    failed = [item for item in items if item.job.id in errors]
+    if failed:
+        _reaper.add(failed, force, errors[failed[0].job.id])
+    _reaper.finish(items)
+    return failed
+
+
+def end_jobs(items: Iterable[Endable], force: bool = False,
+             wait: float = END_WAIT) -> None:
+    """Ask every backend to end the jobs of ``items`` that have not ended, in one
+    call per backend, and wait for those calls at most ``wait`` seconds; what they
+    could not end is retried in the background."""
+    live = [item for item in items if not item.has_ended()]
+    if not live:
+        return
+    threads = []
+    for backend, group in _by_backend(live).values():
+        thread = threading.Thread(target=_call, args=(backend, group, force),
+                                  name=f"fiber-end-{backend.name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    deadline = time.monotonic() + wait
+    while True:
+        calls = [thread for thread in threads if thread.is_alive()]
+        # jobs told to end over their own connection (a connected process) may be
+        # known to have ended before the cluster manager answers
+        if not calls or all(item.has_ended() or in_outage(item.backend) for item in live):
+            return  # (a cluster that does not answer now: the reaper asks again)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        calls[0].join(min(left, 0.05))
+
+
+class _Reaper:
+    """Asks again to end the jobs whose end could not be asked for."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._items: dict[int, tuple[Endable, bool]] = {}  # id(item) -> (item, force)
+        # items whose end is being asked for now (a call that may hang in an outage)
+        self._inflight: dict[int, tuple[Endable, bool]] = {}
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def add(self, items: Sequence[Endable], force: bool, error: BaseException) -> None:
+        with self._cond:
+            self._error = error
+            if self._stopped:  # the program is exiting: report_at_exit says what is left
+                return
+            first = not self._items
+            for item in items:
+                old = self._items.get(id(item))
+                self._items[id(item)] = (item, force or (old is not None and old[1]))
+            self._error = error
+            if first:
+                logger.warning(
+                    "could not end %d %s jobs now (%s: %s); fiber asks again in the "
+                    "background until they end", len(items), items[0].backend.name,
+                    type(error).__name__, error)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="fiber-reaper",
+                                                daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def begin(self, items: Sequence[Endable], force: bool) -> None:
+        with self._cond:
+            for item in items:
+                self._inflight[id(item)] = (item, force)
+
+    def finish(self, items: Sequence[Endable]) -> None:
+        with self._cond:
+            for item in items:
+                self._inflight.pop(id(item), None)
+
+    def pending(self) -> list[Endable]:
+        with self._cond:
+            return [item for item, _ in self._items.values() if not item.has_ended()]
+
+    def _take(self) -> list[tuple[Endable, bool]]:
+        with self._cond:
+            for key, (item, _) in list(self._items.items()):
+                if item.has_ended():
+                    del self._items[key]
+            taken = list(self._items.values())
+            self._items.clear()
+            return taken
+
+    def _run(self) -> None:
+        pause = RETRY_FIRST
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._stopped or bool(self._items))
+                if self._stopped:
+                    return
+                self._cond.wait_for(lambda: self._stopped, timeout=pause)
+                if self._stopped:
+                    return
+            taken = self._take()
+            failed: list[Endable] = []
+            for force in (False, True):
+                chosen = [item for item, f in taken if f == force]
+                for backend, group in _by_backend(chosen).values():
+                    failed += _call(backend, group, force)
+            if failed:
+                pause = min(pause * 2, RETRY_LONGEST)
+            else:
+                pause = RETRY_FIRST
+                if taken:
+                    logger.info("ended %d jobs that the cluster could not end before",
+                                len(taken))
+
+    def stop(self) -> list[tuple[Endable, bool]]:
+        """Stop asking; what is left (not ended)."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+            left = {key: entry for key, entry in
+                    (*self._inflight.items(), *self._items.items())
+                    if not entry[0].has_ended()}
+            self._items.clear()
+            return list(left.values())
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._error
+
+
+_reaper = _Reaper()
+
+
+def pending() -> list[Endable]:
+    """The jobs the reaper still tries to end."""
+    return _reaper.pending()
+
+
+def report_at_exit(wait: float = END_WAIT) -> None:
+    """At exit: ask once more (at most ``wait`` seconds) to end what the reaper holds,
+    and log a warning listing the jobs that could still not be ended."""
+    left = _reaper.stop()
+    if not left:
+        return
+    confirmed: set[int] = set()  # ids of items whose last call ended them
+
+    def last_try(backend: Backend, group: list[Endable], force: bool) -> None:
+        try:
+            errors = backend.terminate_jobs([item.job for item in group], force)
+        except Exception:  # noqa: BLE001 - reported below
+            return
+        confirmed.update(id(item) for item in group if item.job.id not in errors)
+
+    threads = []
+    for force in (False, True):
+        chosen = [item for item, f in left if f == force]
+        for backend, group in _by_backend(chosen).values():
+            thread = threading.Thread(target=last_try, args=(backend, group, force),
+                                      name="fiber-end-at-exit", daemon=True)
+            thread.start()
+            threads.append(thread)
+    deadline = time.monotonic() + wait
+    for thread in threads:
+        while thread.is_alive() and time.monotonic() < deadline and not all(
+                in_outage(item.backend) for item, _ in left):
+            thread.join(min(0.05, max(0.0, deadline - time.monotonic())))
+    still = [item for item, _ in left if id(item) not in confirmed and not item.has_ended()]
+    error = _reaper.error
+    why = f"{type(error).__name__}: {error}" if error is not None else \
+        "its cluster manager does not answer"
+    for backend, group in _by_backend(still).values():
+        logger.warning(
+            "%d %s jobs of this run may still be running: the cluster did not confirm "
+            "their end (%s): %s. `fiber clean` (with FIBER_BACKEND=%s) ends them once "
+            "the cluster answers.", len(group), backend.name, why,
+            ", ".join(item.job.id for item in group), backend.name)
