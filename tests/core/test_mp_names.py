@@ -37,10 +37,7 @@ DOCUMENTED_EXTRA = {
 }
 
 # names fiber does not have yet, and why
-MISSING = {
-    # connection.Listener/Client/wait are a later part of the multiprocessing-API issue
-    "connection": {"Client", "Listener", "wait"},
-}
+MISSING: dict[str, set[str]] = {}
 # the methods of a context object still missing
 MISSING_CONTEXT_METHODS: set[str] = set()
 

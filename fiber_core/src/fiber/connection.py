@@ -1,11 +1,12 @@
-"""``Pipe`` and ``Connection``: two connected ends usable from any processes.
+"""``Pipe``, ``Connection``, ``Listener``, ``Client`` and ``wait``: multiprocessing.connection
+for processes that may run on other hosts.
 
-A pipe is a pair of mailboxes in the process that created it, one per direction;
-``Connection`` objects hold a side and reach the mailboxes directly or through the
-creator's hub. Semantics follow :mod:`multiprocessing.connection`: ``send``/``recv``
-of picklable objects, ``send_bytes``/``recv_bytes``/``recv_bytes_into`` of raw bytes,
-``poll(timeout)``, ``EOFError`` when the other end is closed and nothing is left,
-``BrokenPipeError`` when sending to a closed end, ``OSError`` on a closed handle.
+**Pipes.** A pipe is a pair of mailboxes in the process that created it, one per
+direction; ``Connection`` objects hold a side and reach the mailboxes directly or
+through the creator's hub. Semantics follow :mod:`multiprocessing.connection`:
+``send``/``recv`` of picklable objects, ``send_bytes``/``recv_bytes``/``recv_bytes_into``
+of raw bytes, ``poll(timeout)``, ``EOFError`` when the other end is closed and nothing
+is left, ``BrokenPipeError`` when sending to a closed end, ``OSError`` on a closed handle.
 
 When is an end closed? When every handle of it is closed: the creator's local handle
 by ``close()`` or garbage collection, each copy sent to another process when that
@@ -13,20 +14,42 @@ process closes it or exits. A copy sent to a fiber Process that ends before it
 receives it is released when that process ends; a copy pickled for anything else
 keeps the end open until it arrives somewhere. So the usual multiprocessing idiom (start a child with
 ``child_conn``, close ``child_conn`` in the parent, read until ``EOFError``) works.
+
+``Connection.fileno()`` returns a descriptor that is readable while a message can be
+received or the end is at EOF, wherever the mailbox lives (made on the first call, a
+watcher keeps it true: :mod:`fiber.runtime.readiness`); so ``select``, :mod:`selectors`
+and :func:`wait` work on pipe ends. An end read by several processes at once (which
+multiprocessing warns against) may look readable after another process took the
+message.
+
+**Listener and Client** are multiprocessing's (sockets: ``AF_INET`` across hosts,
+``AF_UNIX`` on one; the HMAC challenge; the connections they make are
+:class:`multiprocessing.connection.Connection` objects) with two defaults of fiber's:
+``authkey=None`` means the run's secret (every process of the run has it), where
+multiprocessing does no authentication, since a listener reachable from a cluster's
+network would otherwise unpickle what anyone sends; and a ``Listener`` given no address
+(and no family, or ``AF_INET``) listens on the address the backend says jobs can
+reach (:func:`fiber.runtime.run.listen_host`), port chosen by the system, since a job
+may run on another host. ``wait``, ``families``, ``deliver_challenge`` and
+``answer_challenge`` are multiprocessing's own: ``wait`` takes fiber Connections,
+Process sentinels, sockets, multiprocessing's Connections and raw descriptors.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
+from multiprocessing import connection as _mp_connection
+from multiprocessing.connection import answer_challenge, deliver_challenge, wait
 from typing import TYPE_CHECKING, Any
 
 from fiber.errors import BufferTooShort
-from fiber.runtime import run
+from fiber.runtime import readiness, run
 from fiber.runtime.endpoint import Endpoint
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
 from fiber.runtime.pipes import PipeChannel, record_transit
-from fiber.wire import serialization
+from fiber.wire import auth, serialization
 from fiber.wire.protocol import PIPE_SIDE as _SIDE
 from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
 from fiber.wire.protocol import MailboxOp as Op
@@ -35,7 +58,13 @@ from fiber.wire.protocol import PipeOp
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
 
-__all__ = ["Pipe", "Connection"]
+__all__ = ["Client", "Connection", "Listener", "Pipe", "answer_challenge",
+           "deliver_challenge", "families", "wait"]
+
+#: the address families of this platform, as multiprocessing.connection's
+families: list[str] = _mp_connection.families  # type: ignore[attr-defined]  # missing from typeshed
+
+_watch_lock = threading.Lock()  # makes each end's readiness descriptor once
 
 
 def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
@@ -58,6 +87,8 @@ class Connection:
         self._readable = readable
         self._writable = writable
         self._closed = False
+        self._watch: readiness.Watch | None = None  # fileno()'s descriptor, once asked
+        self._watch_finalizer: weakref.finalize[[], Any] | None = None
         channel = endpoint.local
         self._channel: PipeChannel | None = channel
         self._finalizer: weakref.finalize[[int], Connection] | None
@@ -105,12 +136,37 @@ class Connection:
             raise OSError("connection is read-only")
 
     def fileno(self) -> int:
-        raise OSError("a fiber Connection has no file descriptor; use poll()")
+        """A descriptor that is readable while a message can be received (or the
+        other end is closed and nothing is left): for ``select``, :mod:`selectors`
+        and :func:`wait`. Made on the first call, closed with the end."""
+        self._check_closed()
+        watch = self._watch
+        if watch is None:
+            with _watch_lock:
+                watch = self._watch
+                if watch is None:
+                    watch = self._new_watch()
+        return watch.fileno()
+
+    def _new_watch(self) -> readiness.Watch:
+        watch: readiness.Watch
+        if self._channel is not None:
+            watch = readiness.LocalWatch(self._channel.boxes[self._side])
+        else:
+            endpoint = self._endpoint
+            watch = readiness.RemoteWatch(endpoint.address, endpoint.cid,
+                                          _SIDE.pack(self._side), self._request)
+        self._watch = watch
+        self._watch_finalizer = weakref.finalize(self, watch.close)
+        self._watch_finalizer.atexit = False
+        return watch
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        if self._watch_finalizer is not None:
+            self._watch_finalizer()
         if self._finalizer is not None:
             self._finalizer()
         else:
@@ -176,8 +232,12 @@ class Connection:
             return self._channel.boxes[self._side].get()
         reply = self._request(encode(Op.GET, None, reader_host()))
         if reply[:1] == ITEM:
+            if self._watch is not None:
+                self._watch.refresh()  # one message fewer: is another one waiting?
             return reply[1:]
         if reply[:1] == SHARED:
+            if self._watch is not None:
+                self._watch.refresh()
             return serialization.Shared(memoryview(reply)[1:])
         if reply[:1] == CLOSED:
             raise EOFError
@@ -231,3 +291,24 @@ def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     first = Connection(Endpoint(hub.address, cid), 0, True, duplex)
     second = Connection(Endpoint(hub.address, cid), 1, duplex, True)
     return first, second
+
+
+class Listener(_mp_connection.Listener):
+    """:class:`multiprocessing.connection.Listener` with fiber's defaults: ``authkey``
+    None is the run's secret, and with no ``address`` (family None or ``AF_INET``) it
+    listens where the backend's jobs can reach it, on a port the system chooses."""
+
+    def __init__(self, address: Any = None, family: str | None = None, backlog: int = 1,
+                 authkey: bytes | None = None) -> None:
+        if address is None and family in (None, "AF_INET"):
+            address, family = (run.listen_host(), 0), "AF_INET"
+        super().__init__(address, family, backlog,
+                         auth.get_authkey() if authkey is None else authkey)
+
+
+def Client(address: Any, family: str | None = None,
+           authkey: bytes | None = None) -> _mp_connection.Connection:
+    """A connection to the :class:`Listener` at ``address``, as
+    :func:`multiprocessing.connection.Client`; ``authkey`` None is the run's secret."""
+    return _mp_connection.Client(address, family,
+                                 auth.get_authkey() if authkey is None else authkey)

@@ -81,7 +81,11 @@ def recvfds(sock: socket.socket, size: int) -> list[int]:
 
 
 def _unix_socket(conn: Any, what: str) -> socket.socket:
+    from fiber.connection import Connection  # (a fiber end's fileno() is no socket)
+
     try:
+        if isinstance(conn, Connection):
+            raise OSError("a fiber Connection's fileno() is a readiness descriptor")
         fd = conn.fileno()
     except (OSError, AttributeError) as exc:
         raise NotImplementedError(

@@ -22,6 +22,7 @@ import os
 import queue
 import threading
 import weakref
+from collections.abc import Callable
 
 from fiber import util
 from fiber.wire import serialization, shm, transport
@@ -114,6 +115,8 @@ class Mailbox:
         self.reader_closed = False  # nobody will read: writers get BrokenPipeError
         self.unfinished = 0  # JoinableQueue
         self._joiners: list[_Waiter] = []
+        # told whether something can be read after every change (readiness descriptors)
+        self._watchers: list[Callable[[bool], None]] = []
         # reentrant: a pipe end collected on this thread closes its side from a finalizer
         self.lock = threading.RLock()
         self.cond = threading.Condition(self.lock)
@@ -130,6 +133,25 @@ class Mailbox:
         """Nobody will read this mailbox: drop its items (and their segments)."""
         with self.lock:
             _discard_all(self.items)
+            if self._watchers:
+                self._changed()
+
+    def watch(self, fn: Callable[[bool], None]) -> None:
+        """Call ``fn(readable)`` now and, under the lock, whenever whether an item can
+        be read (or EOF) changes (:mod:`fiber.runtime.readiness`)."""
+        with self.lock:
+            self._watchers.append(fn)
+            fn(bool(self.items) or self.closed)
+
+    def unwatch(self, fn: Callable[[bool], None]) -> None:
+        with self.lock:
+            if fn in self._watchers:
+                self._watchers.remove(fn)
+
+    def _changed(self) -> None:
+        readable = bool(self.items) or self.closed
+        for fn in self._watchers:
+            fn(readable)
 
     @staticmethod
     def _reply_item(request: transport.Request, item: bytes, host: bytes) -> bytes | None:
@@ -165,6 +187,9 @@ class Mailbox:
         self._wake_pollers()
         if not self._deliver(item):
             self.items.append(item)
+            self.cond.notify_all()  # a local poll(timeout) waits on the condition
+            if self._watchers:
+                self._changed()
 
     def _wake_pollers(self) -> None:
         pollers, self._pollers = self._pollers, []
@@ -176,6 +201,8 @@ class Mailbox:
 
     def _take(self) -> bytes:
         item = self.items.popleft()
+        if self._watchers:
+            self._changed()
         while self._putters and (not self.maxsize or len(self.items) < self.maxsize):
             waiter = self._putters.popleft()
             if waiter.done:
@@ -243,6 +270,8 @@ class Mailbox:
         with self.lock:
             self.closed = True
             self._wake_pollers()
+            if self._watchers:
+                self._changed()
             getters, self._getters = list(self._getters), collections.deque()
             for waiter in getters:
                 if not waiter.done:
@@ -281,6 +310,8 @@ class Mailbox:
                     left = self._reply_item(request, item, host)
                     if left is not None:  # the reader is gone: keep the item
                         self.items.appendleft(left)
+                        if self._watchers:
+                            self._changed()
                 elif self.closed:
                     request.reply(CLOSED)
                 elif timeout == 0:
