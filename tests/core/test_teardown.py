@@ -143,3 +143,36 @@ def test_terminate_of_an_unreachable_cluster_is_said_at_exit(tmp_path):
             os.kill(int(pid), 9)
         except ProcessLookupError:
             pass
+
+
+FORGETFUL = """
+import os, signal, time
+import fiber
+
+if __name__ == "__main__":
+    with fiber.Pool(2) as pool:
+        assert pool.map(abs, range(-4, 0)) == [4, 3, 2, 1]
+        result = pool.map_async(time.sleep, [0.01] * 600, chunksize=1)
+        time.sleep(1.5)  # several polls, each saying the workers are LOST
+        victim = [w.process.pid for w in pool.stats().workers][0]
+        os.kill(victim, signal.SIGKILL)  # a real death: its connection drops
+        result.get(60)
+        stats = pool.stats()
+        p = fiber.Process(target=time.sleep, args=(1.0,))
+        p.start()  # (while the workers are forgotten)
+        p.join(30)
+    print("lost", stats.lost, "exitcode", p.exitcode)
+"""
+
+
+def test_connected_jobs_are_trusted_over_a_cluster_that_forgot_them(run_script):
+    """faulty: half a second after the first status poll, the cluster forgets every job
+    it had (a cluster manager restarted with its state wiped): polls say they are
+    LOST. Connected, heartbeating workers are kept: the pool loses only the worker
+    that was really killed, a Process ends with its own exit code, and one warning
+    (not one per job or poll) says what fiber did."""
+    result = run_script(FORGETFUL, env=faulty_env(FAULTY_POLL_FORGETS_AT="0.5"))
+    assert result.returncode == 0, result.stderr
+    assert "lost 1 exitcode 0" in result.stdout, result.stdout + result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "trusts the job" in line]
+    assert len(warnings) == 1, result.stderr

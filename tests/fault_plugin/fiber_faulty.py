@@ -12,6 +12,10 @@ the jobs:
   missing key file or kubeconfig would);
 * ``FAULTY_POLL_OUTAGE=S``: ``poll`` raises
   :class:`~fiber.backend.ClusterUnreachableError` for S seconds from its first call;
+* ``FAULTY_POLL_FORGETS_AT=S``: S seconds after the first ``poll``, the cluster
+  forgets every job created until then: ``poll`` says they are LOST (a cluster
+  manager restarted with its state wiped, which no longer knows the jobs that ran
+  before); later jobs are reported as they are;
 * ``FAULTY_TERMINATE_DOWN=S``: ``terminate`` waits S seconds, then raises
   :class:`~fiber.backend.ClusterUnreachableError` (a cluster manager that does not
   answer: the job is not ended by the backend).
@@ -31,6 +35,7 @@ from fiber.backend import (
     Job,
     JobCreationError,
     JobSpec,
+    JobState,
     JobStatus,
     TransientBackendError,
     hookimpl,
@@ -43,6 +48,7 @@ _first_poll: float | None = None
 #: how many create_job calls failed on purpose (read by in-process tests)
 injected_create_failures = 0
 injected_poll_failures = 0
+_created: dict[str, float] = {}  # job id -> when create_job returned it
 
 
 class FaultyBackend(LocalBackend):
@@ -63,7 +69,9 @@ class FaultyBackend(LocalBackend):
         if transient:
             raise TransientBackendError("injected: the API server answered 503 Service "
                                         "Unavailable")
-        return super().create_job(spec)
+        job = super().create_job(spec)
+        _created[job.id] = time.monotonic()
+        return job
 
     def terminate(self, job: Job, force: bool = False) -> None:
         down = os.environ.get("FAULTY_TERMINATE_DOWN")
@@ -83,6 +91,14 @@ class FaultyBackend(LocalBackend):
                 injected_poll_failures += 1
         if failing:
             raise ClusterUnreachableError("injected: cannot reach the cluster manager")
+        forget = os.environ.get("FAULTY_POLL_FORGETS_AT")
+        if forget is not None and time.monotonic() - _first_poll >= float(forget):
+            wiped = _first_poll + float(forget)
+            statuses = super().poll(jobs)
+            for job in jobs:
+                if _created.get(job.id, wiped) < wiped:
+                    statuses[job.id] = JobStatus(JobState.LOST, reason="injected: no such job")
+            return statuses
         return super().poll(jobs)
 
 

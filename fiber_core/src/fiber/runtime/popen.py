@@ -207,7 +207,9 @@ class JobPopen:
         self._done = threading.Event()
         self._lock = threading.Lock()
         self._sentinel: tuple[int, int] | None = None
-        self._connected = False
+        self._connected = False  # it said hello (stays True once it did)
+        self._link_up = False  # its connection is up now
+        self._distrust_logged = False  # the cluster said LOST while it was alive
         self._released = False
         self._callbacks: list[Callable[[], None]] = []
         self._ending = False  # terminate()/kill() was called
@@ -265,6 +267,7 @@ class JobPopen:
     # -- events ---------------------------------------------------------------------
     def connected(self, pid: int, host: str) -> None:
         self._connected = True
+        self._link_up = True
         self.pid, self.host = pid, host
         self.hub.call_later(self.heartbeat_interval, self._check_alive)
 
@@ -314,6 +317,7 @@ class JobPopen:
             logger.debug("terminating lost job %s failed", self.job.id, exc_info=True)
 
     def connection_lost(self) -> None:
+        self._link_up = False
         if self.exit_reported is not None:
             self._finish(self.exit_reported)
         elif self.asked_to_end is not None:
@@ -324,6 +328,8 @@ class JobPopen:
             monitor_for(self.backend).wake()
 
     def _job_ended(self, status: JobStatus) -> None:
+        if status.state is JobState.LOST and self._trusted_over(status):
+            return
         if not self._done.is_set():
             if self.exit_reported is not None:
                 code = self.exit_reported
@@ -358,6 +364,27 @@ class JobPopen:
                     logger.error("%s", self.start_error)
             self._finish(code)
         self._release()
+
+    def _trusted_over(self, status: JobStatus) -> bool:
+        """A job the cluster says is gone (LOST: it has no record of it, e.g. a
+        controller restarted with its state wiped) while it is connected and its
+        heartbeat is recent is alive: keep it, and keep watching (its end will be seen
+        by its dropped connection, or by a later status)."""
+        if self._done.is_set() or not self._link_up or self._ending:
+            return False
+        if time.monotonic() - self.channel.last_seen >= self.heartbeat_timeout:
+            return False
+        if not self._distrust_logged:
+            self._distrust_logged = True
+            first = self.backend.name not in _distrusted
+            _distrusted.add(self.backend.name)
+            (logger.warning if first else logger.debug)(
+                "the %s cluster says job %s (%s) is gone (%s), but it is connected and "
+                "its heartbeat is fresh: fiber trusts the job and keeps it (said once for "
+                "the backend; the same holds for its other jobs)", self.backend.name,
+                self.job.id, self.process_name, status.reason or status.state.value)
+        monitor_for(self.backend).watch(self.job, self._job_ended)
+        return True
 
     def _finish(self, code: int) -> None:
         with self._lock:
@@ -478,6 +505,9 @@ class JobPopen:
                         os.close(fd)
                 self._sentinel = None
 
+
+# backends whose cluster said LOST of a job that was alive (warned once per backend)
+_distrusted: set[str] = set()
 
 # Jobs whose cluster resources (a container, a pod, a log file) are not freed yet: a
 # job is freed once the backend reports its final status, which may come after the
