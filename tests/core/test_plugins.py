@@ -38,31 +38,58 @@ def test_quoted_backend_name_gets_a_hint():
         registry.get_backend('"local"', {})
 
 
-def test_third_party_plugin_is_discovered(run_script):
+@pytest.fixture(scope="module")
+def example_installed():
+    """The example plugin (tests/example_plugin) pip-installed into this environment for
+    the module's tests, uninstalled afterwards."""
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", str(EXAMPLE)],
                    check=True, capture_output=True, timeout=300)
     try:
-        listing = subprocess.run([sys.executable, "-m", "fiber.cli", "backends"],
-                                 capture_output=True, text=True, check=True)
-        assert "example  fiber-example-backend 0.0.1" in listing.stdout
-        version = subprocess.run([sys.executable, "-m", "fiber", "--version"],
-                                 capture_output=True, text=True, check=True)
-        assert "fiber-example-backend 0.0.1 (backend example)" in version.stdout.splitlines()
-        result = run_script(
-            """
-            import os
-            import fiber
-
-            def where(x):
-                return x * 2, os.environ.get("EXAMPLE_JOB_MARKER")
-
-            if __name__ == "__main__":
-                with fiber.Pool(2) as pool:
-                    print(pool.map(where, range(3)))
-            """,
-            env={"FIBER_BACKEND": "example", "FIBER_EXAMPLE_MARKER": "seen"})
-        assert result.returncode == 0, result.stderr
-        assert "[(0, 'seen'), (2, 'seen'), (4, 'seen')]" in result.stdout
+        yield
     finally:
         subprocess.run([sys.executable, "-m", "pip", "uninstall", "-q", "-y",
                         "fiber-example-backend"], capture_output=True, timeout=120)
+
+
+@pytest.mark.usefixtures("example_installed")
+def test_third_party_plugin_is_discovered(run_script):
+    listing = subprocess.run([sys.executable, "-m", "fiber.cli", "backends"],
+                             capture_output=True, text=True, check=True)
+    assert "example  fiber-example-backend 0.0.1" in listing.stdout
+    version = subprocess.run([sys.executable, "-m", "fiber", "--version"],
+                             capture_output=True, text=True, check=True)
+    assert "fiber-example-backend 0.0.1 (backend example)" in version.stdout.splitlines()
+    result = run_script(
+        """
+        import os
+        import fiber
+
+        def where(x):
+            return x * 2, os.environ.get("EXAMPLE_JOB_MARKER")
+
+        if __name__ == "__main__":
+            with fiber.Pool(2) as pool:
+                print(pool.map(where, range(3)))
+        """,
+        env={"FIBER_BACKEND": "example", "FIBER_EXAMPLE_MARKER": "seen"})
+    assert result.returncode == 0, result.stderr
+    assert "[(0, 'seen'), (2, 'seen'), (4, 'seen')]" in result.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("example_installed")
+def test_example_plugin_passes_the_shipped_suite():
+    """A third party's view: in the example plugin's folder, `pytest --fiber-backend
+    example` runs fiber's backend suite (the contract and the portable tests, from the
+    installed fiber) on the example backend, whose conftest.py starts its "cluster" (a
+    spool directory) and checks at the end that no job was left in it."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--fiber-backend", "example", "-q", "-rs",
+         "-p", "no:cacheprovider"],
+        cwd=EXAMPLE, capture_output=True, text=True, timeout=1200)
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-5000:]
+    summary = out.strip().splitlines()[-1]
+    assert " passed" in summary and "failed" not in summary and "error" not in summary, out
+    ran = int(summary.split(" passed")[0].split()[-1])
+    assert ran >= 80, summary  # the contract and the portable tests, not a handful

@@ -1,4 +1,4 @@
-"""Fixtures of the docker backend's tests: the engine started by ``--backend docker``
+"""Fixtures of the docker backend's tests: the engine started by ``--fiber-backend docker``
 (tests/engines/docker.py), backends built from the effective fiber settings, a client
 of the same engine for checking what the backend did, and unique run labels."""
 
@@ -17,9 +17,9 @@ from fiber_docker import DockerBackend
 
 @pytest.fixture(scope="session")
 def docker_engine(fiber_engine) -> dict[str, str]:
-    """The settings of the running test engine; these tests need ``--backend docker``."""
+    """The settings of the running test engine; these tests need ``--fiber-backend docker``."""
     if fiber_engine["backend"] != "docker":
-        pytest.skip("the docker backend's tests need `pytest --backend docker`")
+        pytest.skip("the docker backend's tests need `pytest --fiber-backend docker`")
     return fiber_engine
 
 

@@ -1,4 +1,4 @@
-"""The docker backend's test engine for ``pytest --backend docker``: a private dockerd
+"""The docker backend's test engine for ``pytest --fiber-backend docker``: a private dockerd
 and a test image holding this Python and its virtual environment (see
 scripts/engines/docker/engine.py). The editable installs' sources are mounted
 read-only into every container through ``FIBER_DOCKER_VOLUMES``."""

@@ -1,5 +1,5 @@
 """Fixtures of the kubernetes backend tests: they need the real test cluster, which
-``pytest --backend kubernetes`` starts (tests/engines/kubernetes.py)."""
+``pytest --fiber-backend kubernetes`` starts (tests/engines/kubernetes.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from fiber_k8s.backend import KubernetesBackend
 @pytest.fixture(scope="session")
 def k8s_engine(fiber_engine) -> dict[str, str]:
     if fiber_engine["backend"] != "kubernetes":
-        pytest.skip("needs the test cluster: run with pytest --backend kubernetes")
+        pytest.skip("needs the test cluster: run with pytest --fiber-backend kubernetes")
     return fiber_engine
 
 

@@ -1,5 +1,5 @@
 """Fixtures of the slurm backend's tests: they run against the real test cluster that
-``pytest --backend slurm`` starts (tests/engines/slurm.py) and are skipped otherwise."""
+``pytest --fiber-backend slurm`` starts (tests/engines/slurm.py) and are skipped otherwise."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from fiber_slurm.options import OPTIONS
 @pytest.fixture(scope="session")
 def slurm_cluster(fiber_engine) -> dict[str, str]:
     if fiber_engine["backend"] != "slurm":
-        pytest.skip("the slurm tests need the test cluster: run pytest --backend slurm")
+        pytest.skip("the slurm tests need the test cluster: run pytest --fiber-backend slurm")
     return fiber_engine
 
 

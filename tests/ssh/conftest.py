@@ -1,5 +1,5 @@
 """Fixtures of the ssh backend's tests: the real test hosts (started here when the
-session was not run with ``--backend ssh``), backends built from the real settings, and
+session was not run with ``--fiber-backend ssh``), backends built from the real settings, and
 a check that every test leaves no process behind on the hosts."""
 
 from __future__ import annotations

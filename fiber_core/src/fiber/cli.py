@@ -160,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 def _matching_jobs(args: argparse.Namespace) -> tuple[Backend, list[Job]]:
     settings = _settings(args)
     backend = registry.get_backend(settings["backend"], settings)
-    if type(backend).list_jobs is Backend.list_jobs or not backend.lists_others_jobs:
+    if "list_jobs" not in backend.capabilities:
         raise BackendError(
             f"the {backend.name} backend cannot list the jobs that other processes "
             f"created, so `fiber {args.command_name}` cannot see them; use the "

@@ -14,7 +14,7 @@ registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
 
 from __future__ import annotations
 
-from fiber.backend.base import Backend
+from fiber.backend.base import CAPABILITIES, Backend
 from fiber.backend.hookspecs import BackendFactory, hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.backend.options import (
@@ -35,7 +35,7 @@ from fiber.errors import (
 )
 
 __all__ = [
-    "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
+    "CAPABILITIES", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
     "ConfigOption", "Job", "JobCreationError", "JobSpec", "JobState", "JobStatus",
     "TransientBackendError", "hookimpl", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",

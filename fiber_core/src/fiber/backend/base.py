@@ -33,8 +33,22 @@ from fiber.errors import (
     TransientBackendError,
 )
 
-__all__ = ["Backend", "BackendError", "ClusterUnreachableError", "JobCreationError",
-           "TransientBackendError"]
+__all__ = ["CAPABILITIES", "Backend", "BackendError", "ClusterUnreachableError",
+           "JobCreationError", "TransientBackendError"]
+
+#: The optional parts of the contract, by the name a backend declares in
+#: :attr:`Backend.capabilities`. The contract suite (:mod:`fiber.testing`) tests what is
+#: declared and skips the rest, saying which capability was not declared.
+CAPABILITIES: dict[str, str] = {
+    "logs": ":meth:`Backend.logs` returns what a job wrote to stdout and stderr",
+    "list_jobs": ":meth:`Backend.list_jobs` finds the jobs other processes created "
+                 "(what `fiber jobs` and `fiber clean` need)",
+    "bulk": ":meth:`Backend.create_jobs` / :meth:`Backend.terminate_jobs` act on many "
+            "jobs in fewer calls than one per job (a job array, one delete by label)",
+    "workers_per_job": "one job may run several pool workers",
+    "secrets": "the run's secret reaches a job through a private channel, not its "
+               "environment",
+}
 
 
 class Backend(abc.ABC):
@@ -42,10 +56,12 @@ class Backend(abc.ABC):
 
     Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
-    cluster can answer for many jobs in one call), :meth:`terminate_jobs` (the same
-    for ending many jobs), :meth:`wait`, :meth:`logs`,
+    cluster can answer for many jobs in one call), :meth:`create_jobs` and
+    :meth:`terminate_jobs` (the same for starting and ending many jobs), :meth:`wait`,
+    :meth:`logs`,
     :meth:`listen_address`, :meth:`expect_jobs`, :meth:`release`, :meth:`list_jobs`,
-    :meth:`close`.
+    :meth:`close`. Which optional parts a backend really implements, it declares in
+    :attr:`capabilities`.
     """
 
     #: the name users select the backend by (``FIBER_BACKEND=name``)
@@ -60,8 +76,30 @@ class Backend(abc.ABC):
     #: CLI's ``fiber jobs`` and ``fiber clean`` need); False when it knows only this
     #: instance's jobs, and then the CLI says it cannot list them
     lists_others_jobs: bool = True
-    #: calls to the cluster manager the default :meth:`terminate_jobs` makes at once
+    #: calls to the cluster manager the default :meth:`create_jobs` and
+    #: :meth:`terminate_jobs` make at once
     max_parallel_calls: int = 16
+    #: the optional capabilities this backend implements (names of
+    #: :data:`CAPABILITIES`). A subclass that does not set it declares ``logs`` and
+    #: ``list_jobs`` by overriding :meth:`logs` and :meth:`list_jobs` (with
+    #: :attr:`lists_others_jobs` true); set it to say exactly what the backend does.
+    capabilities: frozenset[str] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "capabilities" in cls.__dict__:
+            unknown = set(cls.capabilities) - set(CAPABILITIES)
+            if unknown:
+                raise TypeError(f"{cls.__name__}.capabilities names unknown capabilities "
+                                f"{sorted(unknown)}; known: {sorted(CAPABILITIES)}")
+            cls.capabilities = frozenset(cls.capabilities)
+            return
+        inferred = set(cls.capabilities)
+        if cls.logs is not Backend.logs:
+            inferred.add("logs")
+        if cls.list_jobs is not Backend.list_jobs and cls.lists_others_jobs:
+            inferred.add("list_jobs")
+        cls.capabilities = frozenset(inferred)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = options
@@ -85,6 +123,15 @@ class Backend(abc.ABC):
         raise when the job has already ended."""
 
     # -- optional -----------------------------------------------------------------
+    def create_jobs(self, specs: Sequence[JobSpec]) -> list[Job | BaseException]:
+        """Start many jobs (a pool's group of workers) and return, in the order of
+        ``specs``, each one's :class:`Job` or the exception its creation raised (as
+        :meth:`create_job` would have: :class:`TransientBackendError` for what the core
+        may retry, anything else for good). The default calls :meth:`create_job` for
+        each spec, :attr:`max_parallel_calls` at a time; a cluster that can create many
+        jobs in one request (a Slurm job array) overrides it and declares ``bulk``."""
+        return _each(self, specs, self.create_job)
+
     def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:
         """Statuses of many jobs, keyed by ``job.id``. The core calls this every
         :attr:`poll_interval` seconds for all live jobs of a run, so a backend whose
@@ -103,39 +150,9 @@ class Backend(abc.ABC):
         delete by label) should override it. The default calls :meth:`terminate` for
         each job, :attr:`max_parallel_calls` at a time. A job that has already ended
         is no error."""
-        errors: dict[str, BaseException] = {}
-
-        def end(job: Job) -> None:
-            try:
-                self.terminate(job, force)
-            except Exception as exc:  # noqa: BLE001 - reported to the caller
-                errors[job.id] = exc
-
-        if len(jobs) <= 1:
-            for job in jobs:
-                end(job)
-            return errors
-        # daemon threads (not an executor's, which the interpreter waits for at exit):
-        # a call that hangs on a cluster that does not answer must not hold the exit
-        todo = iter(list(jobs))
-        lock = threading.Lock()
-
-        def caller() -> None:
-            while True:
-                with lock:
-                    job = next(todo, None)
-                if job is None:
-                    return
-                end(job)
-
-        callers = [threading.Thread(target=caller, name=f"fiber-end-{self.name}",
-                                    daemon=True)
-                   for _ in range(min(len(jobs), max(1, self.max_parallel_calls)))]
-        for thread in callers:
-            thread.start()
-        for thread in callers:
-            thread.join()
-        return errors
+        outcomes = _each(self, jobs, lambda job: self.terminate(job, force))
+        return {job.id: outcome for job, outcome in zip(jobs, outcomes, strict=True)
+                if isinstance(outcome, BaseException)}
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
         """Block until the job has ended and return its final status, or ``None`` on
@@ -191,3 +208,41 @@ class Backend(abc.ABC):
         """Release connections and threads. The backend is not used afterwards."""
         return None
 
+
+
+def _each(backend: Backend, items: Sequence[Any], call: Any) -> list[Any]:
+    """``call(item)`` for each item, :attr:`Backend.max_parallel_calls` at a time, in
+    daemon threads (not an executor's, which the interpreter waits for at exit: a call
+    that hangs on a cluster that does not answer must not hold the exit); each result,
+    or the exception it raised, in the order of ``items``."""
+    results: list[Any] = [None] * len(items)
+
+    def one(index: int) -> None:
+        try:
+            results[index] = call(items[index])
+        except Exception as exc:  # noqa: BLE001 - returned to the caller
+            results[index] = exc
+
+    if len(items) <= 1:
+        for index in range(len(items)):
+            one(index)
+        return results
+    todo = iter(range(len(items)))
+    lock = threading.Lock()
+
+    def caller() -> None:
+        while True:
+            with lock:
+                index = next(todo, None)
+            if index is None:
+                return
+            one(index)
+
+    callers = [threading.Thread(target=caller, name=f"fiber-call-{backend.name}",
+                                daemon=True)
+               for _ in range(min(len(items), max(1, backend.max_parallel_calls)))]
+    for thread in callers:
+        thread.start()
+    for thread in callers:
+        thread.join()
+    return results

@@ -14,11 +14,16 @@ Use it from a plugin's tests by subclassing :class:`BackendContract` and providi
             yield b
             b.close()
 
+A backend declares the optional parts of the contract it implements in
+``Backend.capabilities`` (``fiber.backend.CAPABILITIES`` lists them); a test of an
+undeclared capability is skipped, and the skip says which capability was missing.
+
 Optional fixtures to override: ``python`` (the Python executable inside jobs,
 default ``sys.executable``), ``job_timeout`` (seconds a short job may take from
 submission to end, default 60), ``base_spec`` (extra JobSpec fields such as an image)
 and ``cluster_job_ids`` (a callable returning the ids of every job the cluster still
-holds with the test's labels; by default ``backend.list_jobs``).
+holds with the test's labels; by default ``backend.list_jobs``, and the test that needs
+it is skipped when the backend does not declare ``list_jobs``).
 """
 
 from __future__ import annotations
@@ -39,6 +44,13 @@ from fiber.backend import Backend, Job, JobCreationError, JobSpec, JobState, Job
 
 #: the ``submit`` fixture: ``submit(code, **JobSpec fields)`` runs ``python -c code``
 Submit = Callable[..., Job]
+
+
+def require(backend: Backend, capability: str) -> None:
+    """Skip the calling test unless ``backend`` declares ``capability``."""
+    if capability not in backend.capabilities:
+        pytest.skip(f"the {backend.name} backend does not declare the {capability!r} "
+                    "capability (Backend.capabilities)")
 
 
 class BackendContract:
@@ -64,6 +76,7 @@ class BackendContract:
     @pytest.fixture
     def cluster_job_ids(self, backend: Backend,
                         run_labels: dict[str, str]) -> Callable[[], set[str]]:
+        require(backend, "list_jobs")
         return lambda: {job.id for job in backend.list_jobs(run_labels)}
 
     @pytest.fixture
@@ -123,6 +136,7 @@ class BackendContract:
         assert status.exitcode == -9
 
     def test_env_and_logs(self, backend: Backend, submit: Submit, job_timeout: float) -> None:
+        require(backend, "logs")
         job = submit(
             "import os, sys; print('out', os.environ['CONTRACT_VALUE'], flush=True); "
             "print('err-line', file=sys.stderr, flush=True)",
@@ -139,6 +153,7 @@ class BackendContract:
 
     def test_cwd_is_honoured(self, backend: Backend, submit: Submit, job_timeout: float,
                              tmp_path: Path) -> None:
+        require(backend, "logs")
         job = submit("import os; print('cwd=' + os.getcwd(), flush=True)", cwd="/")
         self._wait(backend, job, job_timeout)
         assert "cwd=/\n" in backend.logs(job).replace("\r", "")
@@ -167,6 +182,45 @@ class BackendContract:
         statuses = backend.poll(jobs)
         assert set(statuses) == {job.id for job in jobs}
         assert [statuses[job.id].exitcode for job in jobs] == [0, 1, 2]
+
+    def test_create_and_terminate_many(self, backend: Backend, submit: Submit,
+                                       base_spec: JobSpec, python: str,
+                                       run_labels: dict[str, str],
+                                       job_timeout: float) -> None:
+        """create_jobs starts every spec (in order) and terminate_jobs ends them all
+        (whether the backend overrides them or uses the looping defaults)."""
+        specs = [replace(base_spec, command=[python, "-c", "import time; time.sleep(600)"],
+                         name=f"contract-many-{i}", labels={**base_spec.labels, **run_labels})
+                 for i in range(3)]
+        specs.append(replace(specs[0], command=["/nonexistent/fiber-contract-binary"],
+                             name="contract-many-bad"))
+        outcomes = backend.create_jobs(specs)
+        assert len(outcomes) == len(specs)
+        jobs = [job for job in outcomes if isinstance(job, Job)]
+        try:
+            assert [job.spec.name for job in jobs[:3]] == [spec.name for spec in specs[:3]]
+            assert len({job.id for job in jobs}) == len(jobs)
+            bad = outcomes[3]
+            if isinstance(bad, Job):  # a backend that finds out later: the job fails
+                status = self._wait(backend, bad, job_timeout)
+                assert status.state is JobState.FAILED
+            else:
+                assert isinstance(bad, Exception) and str(bad)
+            deadline = time.monotonic() + job_timeout
+            while not all(backend.status(job).state is JobState.RUNNING
+                          for job in jobs[:3]):
+                assert time.monotonic() < deadline, "the jobs never ran"
+                time.sleep(0.2)
+            errors = backend.terminate_jobs(jobs[:3])
+            assert errors == {}
+            for job in jobs[:3]:
+                status = self._wait(backend, job, 30)
+                assert status.state in (JobState.CANCELLED, JobState.FAILED)
+        finally:
+            for job in jobs:
+                backend.terminate(job, force=True)
+                backend.wait(job, 30)
+                backend.release(job)
 
     def test_list_and_release_leave_nothing(self, backend: Backend, submit: Submit,
                                             job_timeout: float,

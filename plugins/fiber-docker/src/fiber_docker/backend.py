@@ -68,6 +68,7 @@ class DockerBackend(Backend):
     """Jobs as containers of one Docker engine (see the module docstring)."""
 
     name = "docker"
+    capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
 
     def __init__(self, options: Mapping[str, Any]) -> None:

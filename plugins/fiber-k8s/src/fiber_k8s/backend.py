@@ -34,6 +34,7 @@ class KubernetesBackend(Backend):
     """Jobs as pods of a Kubernetes cluster."""
 
     name = "kubernetes"
+    capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
 
     def __init__(self, options: Mapping[str, Any]) -> None:

@@ -66,6 +66,7 @@ class SlurmBackend(Backend):
     """Jobs as Slurm batch jobs (see the module docstring)."""
 
     name = "slurm"
+    capabilities = frozenset({"logs", "list_jobs"})
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

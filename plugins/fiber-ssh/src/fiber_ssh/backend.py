@@ -67,8 +67,10 @@ class SSHBackend(Backend):
     name = "ssh"
     poll_interval = 0.5
     # list_jobs knows the jobs of this instance only (the hosts are not searched), so
-    # `fiber jobs` and `fiber clean` say they cannot list ssh jobs
+    # it does not declare "list_jobs": `fiber jobs` and `fiber clean` say they cannot
+    # list ssh jobs
     lists_others_jobs = False
+    capabilities = frozenset({"logs"})
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

@@ -1,50 +1,34 @@
-"""The example backend and its hook implementations."""
+"""The hooks fiber finds through the entry point ``example = "fiber_example.plugin"``:
+the backend's name and its settings. Kept light: the backend module (and whatever
+client library a real cluster needs) is imported only when the backend is used."""
 
 from __future__ import annotations
 
 import os
-import subprocess
+import tempfile
+from collections.abc import Mapping
+from typing import Any
 
-from fiber.backend import (
-    Backend,
-    ConfigOption,
-    Job,
-    JobCreationError,
-    JobSpec,
-    JobState,
-    JobStatus,
-    hookimpl,
-)
+from fiber.backend import Backend, BackendFactory, ConfigOption, hookimpl
 
 
-class ExampleBackend(Backend):
-    name = "example"
-    poll_interval = 0.1
+def _make_backend(options: Mapping[str, Any]) -> Backend:
+    from fiber_example.backend import ExampleBackend
 
-    def create_job(self, spec: JobSpec) -> Job:
-        env = {**os.environ, **spec.env, "EXAMPLE_JOB_MARKER": self.options["example_marker"]}
-        try:
-            proc = subprocess.Popen(spec.command, env=env, cwd=spec.cwd)
-        except OSError as exc:
-            raise JobCreationError(str(exc)) from exc
-        return Job(id=str(proc.pid), backend=self.name, spec=spec, handle=proc)
-
-    def status(self, job: Job) -> JobStatus:
-        code = job.handle.poll()
-        if code is None:
-            return JobStatus(JobState.RUNNING)
-        return JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
-
-    def terminate(self, job: Job, force: bool = False) -> None:
-        if job.handle.poll() is None:
-            (job.handle.kill if force else job.handle.terminate)()
+    return ExampleBackend(options)
 
 
 @hookimpl
-def fiber_backends():
-    return {"example": ExampleBackend}
+def fiber_backends() -> dict[str, BackendFactory]:
+    return {"example": _make_backend}
 
 
 @hookimpl
-def fiber_config_options():
-    return [ConfigOption("example_marker", str, "example-default", "value put in each job")]
+def fiber_config_options() -> list[ConfigOption]:
+    spool = os.path.join(tempfile.gettempdir(), f"fiber-example-{os.getuid()}")
+    return [
+        ConfigOption("example_marker", str, "example-default",
+                     "value put in each job's EXAMPLE_JOB_MARKER variable"),
+        ConfigOption("example_spool", str, spool,
+                     "directory where the example backend keeps its jobs"),
+    ]

@@ -87,6 +87,7 @@ class LocalBackend(Backend):
     """Jobs as subprocesses of this process."""
 
     name = "local"
+    capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.2
     logs_lag = 0.0  # a job's log file is complete when its process has ended
 

@@ -17,11 +17,11 @@ from fiber import synchronize
 pytestmark = pytest.mark.timeout(300)
 
 
-def _expected_path(fiber_engine):
+def _expected_path(fiber_backend):
     """The path the children must take, if this backend decides it."""
     if not fiber.get_config_value("shared_memory"):
         return "creator"  # FIBER_SHARED_MEMORY=false: the path of other hosts
-    return "native" if fiber_engine["backend"] == "local" else None
+    return "native" if fiber_backend["backend"] == "local" else None
 
 
 def _run(target, *args, n=2):
@@ -38,10 +38,10 @@ def _join(procs):
     assert [p.exitcode for p in procs] == [0] * len(procs)
 
 
-def _check_paths(paths, fiber_engine):
+def _check_paths(paths, fiber_backend):
     assert len(set(paths)) == 1 and paths[0] in ("native", "creator"), paths
     print(f"path taken by the children: {paths[0]}")
-    expected = _expected_path(fiber_engine)
+    expected = _expected_path(fiber_backend)
     if expected is not None:
         assert paths[0] == expected
 
@@ -60,12 +60,12 @@ def _exclusive(i, q, lock, rlock):
                 q.put(("rlock", "exit", i))
 
 
-def test_lock_and_rlock_exclude(fiber_engine):
+def test_lock_and_rlock_exclude(fiber_backend):
     lock, rlock = fiber.Lock(), fiber.RLock()
     q, procs = _run(_exclusive, lock, rlock)
     items = [q.get(120) for _ in range(2 + 2 * 2 * 5 * 2)]
     _join(procs)
-    _check_paths([x for x in items if isinstance(x, str)], fiber_engine)
+    _check_paths([x for x in items if isinstance(x, str)], fiber_backend)
     for which in ("lock", "rlock"):
         events = [x[1:] for x in items if not isinstance(x, str) and x[0] == which]
         assert len(events) == 2 * 5 * 2
@@ -83,7 +83,7 @@ def _signals(i, q, sem, event, cond, flag, barrier):
     q.put(("barrier", barrier.wait(120)))
 
 
-def test_semaphore_event_condition_barrier(fiber_engine):
+def test_semaphore_event_condition_barrier(fiber_backend):
     sem, event, cond, flag = fiber.Semaphore(0), fiber.Event(), fiber.Condition(), \
         fiber.Event()
     barrier = fiber.Barrier(3, timeout=120)
@@ -97,7 +97,7 @@ def test_semaphore_event_condition_barrier(fiber_engine):
     index = barrier.wait(120)
     items = [q.get(120) for _ in range(2 * 4)]
     _join(procs)
-    _check_paths([x for x in items if isinstance(x, str)], fiber_engine)
+    _check_paths([x for x in items if isinstance(x, str)], fiber_backend)
     got = sorted(x for x in items if not isinstance(x, str))
     indices = sorted([index] + [v for k, v in got if k == "barrier"])
     assert indices == [0, 1, 2]

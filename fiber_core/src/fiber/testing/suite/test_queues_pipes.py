@@ -7,7 +7,6 @@ import os
 import queue
 import time
 
-import numpy as np
 import pytest
 
 import fiber
@@ -39,6 +38,8 @@ def _echo(conn):
 
 
 def _send_array(conn, n):
+    import numpy as np
+
     conn.send(np.arange(n, dtype=np.float64))
     conn.send_bytes(b"raw-bytes")
     conn.close()
@@ -130,6 +131,7 @@ def test_pipe_round_trip_and_eof():
 
 
 def test_pipe_eof_when_child_exits_and_large_arrays():
+    pytest.importorskip("numpy")
     reader, writer = fiber.Pipe(duplex=False)
     n = 2_000_000  # 16 MB
     p = fiber.Process(target=_send_array, args=(writer, n))
