@@ -41,6 +41,8 @@ INSTALL_HINT = ("install rich (fiber-core's `top` extra): from a clone of fiber,
 
 
 def _installed(name: str) -> bool:
+    if name in sys.modules:  # imported, or hidden (None)
+        return sys.modules[name] is not None
     return importlib.util.find_spec(name) is not None
 
 
@@ -56,23 +58,40 @@ def enabled() -> bool:
 
 
 class Counted:
-    """A result sink that counts what it is given, then hands it on."""
+    """A result sink that counts what it is given, then hands it on. The last result
+    closes the bar (if one is shown) before it is handed on, so the bar is complete
+    before the program goes on past its map."""
 
-    __slots__ = ("sink", "done", "__weakref__")
+    __slots__ = ("sink", "total", "done", "bar", "lock", "ends_on_error", "__weakref__")
 
-    def __init__(self, sink: Any) -> None:
+    def __init__(self, sink: Any, total: int) -> None:
         self.sink = sink
+        self.total = total
         self.done = 0
+        self.bar: _Bar | None = None
+        self.lock = threading.Lock()
+        # a map's result ends at its first error (an imap's iteration goes on)
+        self.ends_on_error = isinstance(getattr(sink, "_ready", None), bool)
 
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         self.done += count
+        if self.bar is not None and (self.done >= self.total or (
+                not ok and self.ends_on_error)):
+            self.close_bar()
         self.sink._set(start, count, ok, value)
+
+    def close_bar(self) -> None:
+        with self.lock:
+            bar, self.bar = self.bar, None
+            if bar is not None:
+                bar.update(self.done)
+                bar.close()
 
 
 def watch(sink: Any, total: int, scheduler: Any) -> Counted:
     """Wrap ``sink`` (a map's result object, ``total`` items) for counting and start
     the thread that shows its bar if it runs long."""
-    counted = Counted(sink)
+    counted = Counted(sink, total)
     if total > 0:
         threading.Thread(target=_run, args=(counted, total, weakref.ref(scheduler)),
                          name="fiber-progress", daemon=True).start()
@@ -110,9 +129,9 @@ class _Bar:
         use_tqdm = _installed("tqdm") and (notebook or not _installed("rich"))
         if use_tqdm:
             if notebook:
-                from tqdm.auto import tqdm
+                from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]
             else:
-                from tqdm import tqdm
+                from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
             self._tqdm = tqdm(total=self.total, desc="fiber map", file=sys.stderr)
             return self
         from rich.console import Console
@@ -127,7 +146,8 @@ class _Bar:
 
         self._rich = Progress(TextColumn("fiber map"), BarColumn(), MofNCompleteColumn(),
                               TimeElapsedColumn(), TimeRemainingColumn(),
-                              console=Console(file=sys.stderr), transient=False)
+                              console=Console(file=sys.stderr), transient=False,
+                              redirect_stdout=False)  # the program's output stays put
         self._rich.start()
         self._task = self._rich.add_task("map", total=self.total)
         return self
@@ -158,13 +178,18 @@ def _run(counted: Counted, total: int, scheduler_ref: weakref.ref[Any]) -> None:
         if _finished(counted, total, scheduler_ref):
             return
         time.sleep(0.05)
-    bar = _Bar(total).open()
-    if bar is None:
+    with counted.lock:
+        if _finished(counted, total, scheduler_ref):
+            return
+        counted.bar = _Bar(total).open()
+    if counted.bar is None:
         return
     try:
         while not _finished(counted, total, scheduler_ref):
-            bar.update(counted.done)
+            with counted.lock:
+                if counted.bar is None:
+                    return
+                counted.bar.update(counted.done)
             time.sleep(_REFRESH)
-        bar.update(counted.done)
     finally:
-        bar.close()
+        counted.close_bar()
