@@ -51,10 +51,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     e.add_argument("--backend", help="run on this backend's test engine (tests/engines/NAME.py)")
     e.add_argument("--out", type=Path, default=runner.REPO / "bench" / "results",
                    help="directory for es.png and es.json (default bench/results)")
-    e.add_argument("--iterations", type=int, default=20)
+    e.add_argument("--iterations", type=int, default=40)
     e.add_argument("--population", type=int, default=48)
     e.add_argument("--max-steps", type=int, default=500)
-    e.add_argument("--threshold", type=float, default=100.0,
+    e.add_argument("--threshold", type=float, default=300.0,
                    help="mean reward whose time to reach the plot shows")
     g = sub.add_parser("report", help="rewrite RESULTS.md and the plots from a results file")
     g.add_argument("--json", type=Path, default=runner.REPO / "bench" / "results" / "latest.json")
