@@ -95,10 +95,23 @@ class StatusChannel:
         if bytes(payload[:1]) != StatusOp.SNAPSHOT:
             request.reply(b"unknown status request", ERROR)
             return
-        request.reply(json.dumps(snapshot()).encode())
+        # answered from a thread of its own: the hub's thread, which serves every
+        # channel, must not wait for a pool's lock (held while a large map is queued)
+        threading.Thread(target=_answer, args=(request,), name="fiber-status",
+                         daemon=True).start()
 
     def peer_gone(self, peer: int) -> None:
         pass
+
+
+def _answer(request: transport.Request) -> None:
+    try:
+        data = json.dumps(snapshot()).encode()
+    except Exception as exc:  # noqa: BLE001 - the requester gets the error, not a hang
+        logger.debug("status snapshot failed", exc_info=True)
+        request.reply(f"status snapshot failed: {type(exc).__name__}: {exc}".encode(), ERROR)
+        return
+    request.reply(data)
 
 
 def register_pool(pool: Any, hub: transport.Hub) -> None:
