@@ -164,6 +164,7 @@ class Pool:
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
+        self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
         self._scheduler = Scheduler(
@@ -177,7 +178,6 @@ class Pool:
             functools.partial(_worker_process, self._address, self._cid, initializer,
                               initargs),
             hub, self._cid)
-        self._progress = progress.enabled()  # the progress setting (checked here)
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------
