@@ -198,3 +198,39 @@ def test_without_rich_the_view_says_what_to_install():
     assert out.returncode == 1
     assert "pip install './fiber_core[top]'" in out.stderr
     assert "pip install 'fiber-core[top]'" in out.stderr
+
+
+def _nap(seconds):
+    time.sleep(seconds)
+    return seconds
+
+
+def _raise(x):
+    raise KeyError(x)
+
+
+def test_pool_stats_has_what_top_shows():
+    """In-process: Pool.stats() records the last errors with their remote tracebacks,
+    the slowest task in progress and the throughput."""
+    import fiber
+    from fiber.pool import RunningTask, TaskError
+
+    with fiber.Pool(2) as pool:
+        assert pool.map(abs, range(-50, 50), chunksize=1) == [abs(x) for x in range(-50, 50)]
+        with pytest.raises(KeyError):
+            pool.apply(_raise, ("k",))
+        slow = pool.apply_async(_nap, (2.0,))
+        deadline = time.monotonic() + 30
+        while True:
+            stats = pool.stats()
+            if stats.slowest and stats.slowest[0].seconds > 0.5:
+                break
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.05)
+        (running,) = stats.slowest
+        assert isinstance(running, RunningTask) and "args=(2.0,)" in running.task
+        assert stats.throughput > 0 and stats.pending == 0
+        (error,) = stats.errors
+        assert isinstance(error, TaskError) and error.error == "KeyError: 'k'"
+        assert "in _raise" in error.traceback and "args=('k',)" in error.task
+        assert slow.get(30) == 2.0
