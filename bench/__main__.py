@@ -1,4 +1,5 @@
-"""Command line: ``python -m bench run --quick|--full [--contenders a,b] [--backend NAME]``."""
+"""Command line: ``python -m bench run --quick|--full [--contenders a,b] [--backend NAME]``;
+``python -m bench es [--backend NAME] [--workers 1,2,5]`` (the ES demo's plot, bench/es.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench import runner
+from bench import es, runner
 
 logger = logging.getLogger("fiber.bench")
 
@@ -45,6 +46,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "(default bench/results)")
     r.add_argument("--results-md", type=Path, help="Markdown file (default bench/RESULTS.md)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    e = sub.add_parser("es", help="the ES demo's plot (examples/es.py --plot): es.png, es.json")
+    e.add_argument("--workers", default="1,2,5", help="worker counts, comma-separated")
+    e.add_argument("--backend", help="run on this backend's test engine (tests/engines/NAME.py)")
+    e.add_argument("--out", type=Path, default=runner.REPO / "bench" / "results",
+                   help="directory for es.png and es.json (default bench/results)")
+    e.add_argument("--iterations", type=int, default=40)
+    e.add_argument("--population", type=int, default=48)
+    e.add_argument("--max-steps", type=int, default=500)
+    e.add_argument("--threshold", type=float, default=300.0,
+                   help="mean reward whose time to reach the plot shows")
     g = sub.add_parser("report", help="rewrite RESULTS.md and the plots from a results file")
     g.add_argument("--json", type=Path, default=runner.REPO / "bench" / "results" / "latest.json")
     g.add_argument("--results-md", type=Path, default=runner.REPO / "bench" / "RESULTS.md")
@@ -55,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    if args.command == "es":
+        return _es(args)
     if args.command == "report":
         if not args.json.exists():
             raise SystemExit(f"error: {args.json} does not exist (run `python -m bench run` first)")
@@ -88,6 +101,20 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("done in %.0f s; failed: %s", data["meta"]["elapsed_seconds"],
                 ", ".join(failed) or "none")
     return 0
+
+
+def _es(args: argparse.Namespace) -> int:
+    engine = None
+    if args.backend and args.backend != "local":
+        engine = _engine(args.backend)
+        os.environ.update(engine.start())
+        os.environ["FIBER_BACKEND"] = args.backend
+    try:
+        return es.run(args.workers, args.out, args.iterations, args.population,
+                      args.max_steps, args.threshold)
+    finally:
+        if engine is not None:
+            engine.stop()
 
 
 if __name__ == "__main__":

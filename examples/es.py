@@ -12,7 +12,15 @@ slurm, kubernetes) -- the script does not change. The OpenAI-ES ingredients:
 
 The policy is a small numpy network (linear by default, ``--hidden N`` adds a tanh
 layer). Run ``python examples/es.py`` to train, ``python examples/es.py --plot`` to
-compare reward against wall time for 1, 2 and 5 workers (writes bench/results/es.png).
+compare 1, 2 and 5 workers (writes bench/results/es.png: reward against wall time, each
+run from its own start, and the time to reach a reward threshold against the number
+of workers; ``python -m bench es`` runs the same from the benchmark suite). Needs
+``pip install -r examples/requirements.txt`` (gymnasium; matplotlib for ``--plot``).
+
+Each run's clock starts once its pool's workers are up (they import gymnasium and build
+the noise table in the pool's initializer); the start-up is measured apart
+(``startup_seconds`` of each record), since it depends on the machine and the backend,
+not on ES.
 """
 
 from __future__ import annotations
@@ -110,11 +118,30 @@ class Adam:
         return lr * self.m / (np.sqrt(self.v) + 1e-8)
 
 
+def warm() -> None:
+    """Pool initializer: what every worker needs, done before it takes tasks."""
+    import gymnasium  # noqa: F401
+
+    noise_table()
+
+
+def wait_for_workers(pool: mp.Pool, workers: int, timeout: float = 600) -> None:
+    """Until every worker of ``pool`` is up (has run its initializer and connected)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        stats = pool.stats()
+        if stats.idle + stats.busy >= workers:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{stats.starting} of {workers} workers still starting")
+        time.sleep(0.01)
+
+
 def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
           lr: float = 0.05, max_steps: int = 500, hidden: int = 0, seed: int = 0,
           weight_decay: float = 0.005, log: bool = True) -> list[dict]:
     """Run OpenAI-ES; returns one record per iteration (mean/max population reward,
-    wall time since the pool was created)."""
+    wall time since the workers were up, and the time they took to start)."""
     if population < 2 or population % 2:
         raise ValueError(f"population must be an even number >= 2 (antithetic pairs), got {population}")
     if workers < 1:
@@ -126,8 +153,13 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
     opt = Adam(dim, lr)
     pairs = population // 2
     history = []
-    t0 = time.perf_counter()
-    with mp.Pool(workers) as pool:
+    started = time.perf_counter()
+    with mp.Pool(workers, initializer=warm) as pool:
+        wait_for_workers(pool, workers)
+        t0 = time.perf_counter()
+        startup = t0 - started
+        if log:
+            print(f"{workers} worker(s) up in {startup:.2f} s", flush=True)
         for it in range(iterations):
             indices = rng.integers(0, NOISE_SIZE - dim, size=pairs)
             seeds = rng.integers(0, 2**31 - 1, size=pairs)
@@ -139,7 +171,8 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
             grad = (ranks[:, 0] - ranks[:, 1]) @ eps / (pairs * sigma)
             theta = theta + opt.step(grad - weight_decay * theta)
             rec = {"iteration": it, "seconds": time.perf_counter() - t0,
-                   "mean_reward": float(returns.mean()), "max_reward": float(returns.max())}
+                   "mean_reward": float(returns.mean()), "max_reward": float(returns.max()),
+                   "startup_seconds": startup}
             history.append(rec)
             if log:
                 print(f"iter {it:3d}  {rec['seconds']:7.2f} s  mean reward {rec['mean_reward']:6.1f}"
@@ -147,24 +180,79 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
     return history
 
 
-def plot(histories: dict[int, list[dict]], path: Path) -> None:
+def time_to_reach(history: list[dict], threshold: float) -> float | None:
+    """Seconds of training until the mean reward first reached ``threshold`` (None if
+    it never did)."""
+    for rec in history:
+        if rec["mean_reward"] >= threshold:
+            return float(rec["seconds"])
+    return None
+
+
+def check_plotting() -> None:
+    """Fail before training, not after it, when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise SystemExit("es.py --plot needs matplotlib: pip install -r "
+                         "examples/requirements.txt") from None
+
+
+def plot(histories: dict[int, list[dict]], path: Path, threshold: float,
+         title: str = "OpenAI-ES with fiber.Pool") -> None:
+    """Two panels: mean reward against wall time, each run from its own start (once its
+    workers were up); and the time to reach ``threshold`` against the number of workers
+    (start-up stacked below the training time)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     for workers, hist in histories.items():
-        ax.plot([h["seconds"] for h in hist], [h["mean_reward"] for h in hist], marker=".",
-                label=f"{workers} worker{'s' if workers > 1 else ''}")
-    ax.set_xlabel("wall time, s")
-    ax.set_ylabel(f"mean population reward ({ENV_ID})")
-    ax.set_title("OpenAI-ES with fiber.Pool")
-    ax.legend()
+        startup = hist[0]["startup_seconds"] if hist else 0.0
+        left.plot([0.0] + [h["seconds"] for h in hist],
+                  [float("nan")] + [h["mean_reward"] for h in hist], marker=".",
+                  label=f"{workers} worker{'s' if workers > 1 else ''} "
+                        f"(+{startup:.1f} s start-up)")
+    left.axhline(threshold, color="grey", linestyle=":", linewidth=1)
+    left.set_xlabel("wall time since the run's workers were up, s")
+    left.set_ylabel(f"mean population reward ({ENV_ID})")
+    left.set_title("reward against wall time")
+    left.legend(fontsize=8)
+    counts = list(histories)
+    positions = range(len(counts))
+    reach = [time_to_reach(histories[w], threshold) for w in counts]
+    startups = [histories[w][0]["startup_seconds"] if histories[w] else 0.0 for w in counts]
+    right.bar(positions, startups, color="lightgrey", label="workers' start-up")
+    right.bar(positions, [r or 0.0 for r in reach], bottom=startups, color="tab:blue",
+              label="training")
+    for x, r, s0 in zip(positions, reach, startups, strict=True):
+        right.text(x, s0 + (r or 0.0), "not reached" if r is None else f"{s0 + r:.1f} s",
+                   ha="center", va="bottom", fontsize=8)
+    right.set_xticks(list(positions), [str(w) for w in counts])
+    right.set_xlabel("workers")
+    right.set_ylabel("seconds")
+    right.set_title(f"time to a mean reward of {threshold:g}")
+    right.legend(fontsize=8)
+    fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def compare(worker_counts: list[int], path: Path, threshold: float, title: str,
+            **kw: object) -> dict[int, list[dict]]:
+    """Train once per worker count (same seed, so the same rewards) and plot them."""
+    check_plotting()
+    histories = {}
+    for w in worker_counts:
+        print(f"--- {w} workers", flush=True)
+        histories[w] = train(w, **kw)  # type: ignore[arg-type]
+    plot(histories, path, threshold, title)
+    print(f"wrote {path}")
+    return histories
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -179,7 +267,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, help="write the per-iteration history here")
     p.add_argument("--plot", action="store_true",
-                   help="train with 1, 2 and 5 workers and plot reward vs wall time")
+                   help="train with 1, 2 and 5 workers (--plot-workers) and plot reward "
+                   "against wall time and the time to reach --threshold")
+    p.add_argument("--plot-workers", default="1,2,5", help="worker counts for --plot")
+    p.add_argument("--threshold", type=float, default=100.0,
+                   help="mean reward whose time to reach --plot shows")
     p.add_argument("--plot-out", type=Path,
                    default=Path(__file__).resolve().parent.parent / "bench" / "results" / "es.png")
     args = p.parse_args(argv)
@@ -187,12 +279,10 @@ def main(argv: list[str] | None = None) -> int:
           "lr": args.lr, "max_steps": args.max_steps, "hidden": args.hidden, "seed": args.seed}
     try:
         if args.plot:
-            histories = {}
-            for w in (1, 2, 5):
-                print(f"--- {w} workers", flush=True)
-                histories[w] = train(w, **kw)
-            plot(histories, args.plot_out)
-            print(f"wrote {args.plot_out}")
+            counts = [int(w) for w in args.plot_workers.split(",")]
+            backend = mp.get_config_value("backend")
+            histories = compare(counts, args.plot_out, args.threshold,
+                                f"OpenAI-ES with fiber.Pool ({backend} backend)", **kw)
             result: object = {str(w): h for w, h in histories.items()}
         else:
             result = train(args.workers, **kw)

@@ -34,3 +34,40 @@ def test_es_rejects_an_odd_population(tmp_path) -> None:
     proc, _ = run_example("es.py", "--population", "7", "--iterations", "1", tmp_path=tmp_path)
     assert proc.returncode == 2
     assert "population must be an even number" in proc.stderr
+
+
+def test_es_plot_draws_each_run_from_its_own_start(tmp_path) -> None:
+    """--plot trains per worker count, then writes the two-panel plot and exits 0."""
+    pytest.importorskip("matplotlib", reason="--plot needs matplotlib (examples/requirements.txt)")
+    png = tmp_path / "es.png"
+    proc, runs = run_example("es.py", "--plot", "--plot-workers", "1,2", "--iterations", "3",
+                             "--population", "8", "--max-steps", "100", "--threshold", "15",
+                             "--plot-out", str(png), tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert png.stat().st_size > 10_000 and f"wrote {png}" in proc.stdout
+    assert sorted(runs) == ["1", "2"]
+    for history in runs.values():
+        assert len(history) == 3
+        # each run's clock starts once its own workers are up: the first iteration is
+        # measured from there, and the start-up apart
+        assert 0 < history[0]["seconds"] < history[-1]["seconds"] + 1e-9
+        assert history[0]["startup_seconds"] > 0
+        assert history[0]["seconds"] < history[0]["startup_seconds"] + 5
+    assert [h["mean_reward"] for h in runs["1"]] == [h["mean_reward"] for h in runs["2"]]
+
+
+def test_es_plot_without_matplotlib_says_so_before_training(tmp_path) -> None:
+    """matplotlib is hidden (``sys.modules['matplotlib'] = None``, as if not installed)."""
+    import subprocess
+    import sys
+
+    from example_runner import EXAMPLES, REPO
+
+    code = ("import runpy, sys; sys.modules['matplotlib'] = None; "
+            f"sys.argv = [{str(EXAMPLES / 'es.py')!r}, '--plot', '--iterations', '1']; "
+            f"runpy.run_path({str(EXAMPLES / 'es.py')!r}, run_name='__main__')")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 1
+    assert "pip install -r examples/requirements.txt" in proc.stderr
+    assert "iter" not in proc.stdout  # nothing was trained first

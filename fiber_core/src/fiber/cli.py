@@ -6,6 +6,7 @@
                          output, exit with its exit code; Ctrl-C terminates the job
 ``fiber jobs``           fiber's jobs on the selected backend, whichever process made them
 ``fiber clean``          terminate and remove them (``--run ID`` for one run only)
+``fiber top``            a live view of a running program's pools (:mod:`fiber.top`)
 ``fiber --version``      the versions of fiber-core and of the installed plugins
 
 With no command it prints its help.
@@ -39,6 +40,7 @@ EPILOG = """examples:
   fiber run --backend docker --image img -- python main.py
   fiber jobs                                  fiber's jobs on the selected backend
   fiber clean --run 3f2a9c0d1e4b              end the jobs of one run
+  fiber top                                   live view of a running program's pools
 """
 
 
@@ -202,6 +204,35 @@ def _cmd_clean(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def _add_top(sub: Any) -> None:
+    """The ``top`` command (:mod:`fiber.top`, imported when it runs: it needs the wire)."""
+    p = sub.add_parser(
+        "top", help="live view of a running fiber program's pools",
+        description="Attach to a running fiber program of this user on this machine "
+        "(one that has created a Pool) and show, per pool, its workers by state "
+        "(pending in the cluster's queue, starting, running, lost, replaced), its tasks "
+        "(queued, running, done, failed), throughput, the slowest running tasks and the "
+        "last errors with their remote tracebacks, refreshed every second. It talks to "
+        "the program over the program's own authenticated connection. Needs rich "
+        "(pip install './fiber_core[top]' from a clone), except with --once --json.")
+    p.add_argument("--pid", type=int,
+                   help="the program to attach to (default: the only one, else the newest)")
+    p.add_argument("--once", action="store_true", help="print one snapshot and exit")
+    p.add_argument("--json", action="store_true",
+                   help="with --once: print the snapshot as JSON (for scripts)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between refreshes (default 1)")
+    p.add_argument("--list", action="store_true",
+                   help="list the programs found (pid, run, command) and exit")
+    p.set_defaults(func=_cmd_top)
+
+
+def _cmd_top(args: argparse.Namespace) -> int:
+    from fiber import top
+
+    return top.command(args)
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="fiber", description=DESCRIPTION, epilog=EPILOG,
                                   formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -245,6 +276,7 @@ def parser() -> argparse.ArgumentParser:
         p.add_argument("--run", metavar="ID",
                        help="only the jobs of this run (the run= column of fiber jobs)")
         p.set_defaults(func=func)
+    _add_top(sub)
     return top
 
 

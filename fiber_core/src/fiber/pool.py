@@ -31,8 +31,10 @@ from typing import Any, NoReturn, TypeVar
 from fiber import util
 from fiber.errors import TimeoutError
 from fiber.process import Process
-from fiber.runtime import config, run
+from fiber.runtime import config, progress, run, status
+from fiber.runtime.pool import observe
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
+from fiber.runtime.pool.observe import RunningTask, TaskError
 from fiber.runtime.pool.results import (
     ApplyResult,
     AsyncResult,
@@ -46,7 +48,7 @@ from fiber.runtime.pool.workers import WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
 
-__all__ = ["Pool", "PoolStats", "WorkerStats", "AsyncResult", "ApplyResult", "MapResult",
+__all__ = ["Pool", "PoolStats", "WorkerStats", "RunningTask", "TaskError", "AsyncResult", "ApplyResult", "MapResult",
            "IMapIterator", "IMapUnorderedIterator"]
 
 # multiprocessing.pool's own classes, loaded on first use (5 ms of imports):
@@ -90,8 +92,10 @@ class PoolStats:
     A task is one ``apply`` call or one chunk of a map; a chunk that was running when
     its worker was lost runs again as single items, which count as tasks of their own.
     Workers are counted by state: ``starting`` (its job is starting, or it has not
-    connected yet), ``idle``, ``busy`` (holds tasks), ``stopping`` (let go by
-    ``resize``, ``maxtasksperchild`` or ``close``, and not yet gone).
+    connected yet; ``pending`` of them are queued by the cluster), ``idle``, ``busy``
+    (holds tasks), ``stopping`` (let go by ``resize``, ``maxtasksperchild`` or
+    ``close``, and not yet gone). ``slowest`` and ``errors`` (with remote tracebacks)
+    are what ``fiber top`` shows (:mod:`fiber.runtime.pool.observe`).
     """
 
     state: str  # "RUN", "CLOSE" or "TERMINATE"
@@ -109,6 +113,10 @@ class PoolStats:
     done: int  # tasks finished with a value
     failed: int  # tasks finished with an error (raised, lost workers, terminate)
     workers: tuple[WorkerStats, ...]
+    pending: int = 0  # of the starting workers, those whose job the cluster queues
+    throughput: float = 0.0  # tasks finished per second over the last 10 s
+    slowest: tuple[RunningTask, ...] = ()  # tasks in progress, longest running first
+    errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -156,6 +164,7 @@ class Pool:
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
+        self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
         self._scheduler = Scheduler(
@@ -169,6 +178,7 @@ class Pool:
             functools.partial(_worker_process, self._address, self._cid, initializer,
                               initargs),
             hub, self._cid)
+        status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------
     def _check_size(self, n: int) -> None:
@@ -251,6 +261,7 @@ class Pool:
                             sum(len(batch) for batch in w.held.values()), w.dispatched)
                 for w in s.workers.values())
             states = [ws.state for ws in workers]
+            now = time.monotonic()
             return PoolStats(
                 state=s.state, processes=s.target,
                 starting=states.count(STARTING), idle=states.count(IDLE),
@@ -259,7 +270,11 @@ class Pool:
                 queued=len(s.queue),
                 running=sum(len(w.running()) for w in s.workers.values()),
                 held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
-                workers=workers)
+                workers=workers,
+                pending=observe.pending(ws.process for ws in workers
+                                        if ws.state == STARTING),
+                throughput=s.meter.rate(s.done + s.failed, now),
+                slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors))
 
     @property
     def _pool(self) -> list[Process]:
@@ -298,8 +313,10 @@ class Pool:
             if extra:
                 chunksize += 1
         chunksize = max(1, int(chunksize))
+        counted = progress.watch(sink, len(items), self._scheduler) if self._progress \
+            else sink
         with self._lock:
-            self._scheduler.submit_chunks(func, items, chunksize, kind, sink)
+            self._scheduler.submit_chunks(func, items, chunksize, kind, counted)
         return sink
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],

@@ -81,6 +81,10 @@ CORE_OPTIONS = [
                  "address this process listens on for its jobs (default: the backend's)"),
     ConfigOption("output_prefix", parse_bool, False,
                  "prefix each line a child prints with its process name"),
+    ConfigOption("progress", parse_bool, False,
+                 "show a progress bar for a Pool map or imap that runs longer than 2 s, "
+                 "on a terminal (stderr) or in a notebook; needs rich or tqdm "
+                 "(pip install 'fiber-core[top]')"),
     ConfigOption("heartbeat_interval", parse_positive_float, 1.0,
                  "seconds between heartbeats from a parent to its children"),
     ConfigOption("heartbeat_timeout", parse_positive_float, 30.0,

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 
 from fiber.backend import Backend
-from fiber.backend.job import Job, JobStatus
+from fiber.backend.job import Job, JobState, JobStatus
 
 logger = logging.getLogger("fiber")
 
@@ -40,6 +40,8 @@ class JobMonitor:
         self.outage_since: float | None = None
         #: when the poll under way began (None between polls)
         self.polling_since: float | None = None
+        #: the statuses of the last poll that worked (for inspection: ``fiber top``)
+        self.last: dict[str, JobStatus] = {}
         self._cond = threading.Condition()
         self._thread = threading.Thread(target=self._run, name=f"fiber-monitor-{backend.name}",
                                         daemon=True)
@@ -88,6 +90,7 @@ class JobMonitor:
                             self.backend.name, time.monotonic() - self.outage_since)
                 self.outage_since = None
                 pause = interval
+            self.last = statuses
             for job_id, status in statuses.items():
                 if not status.is_final:
                     continue
@@ -120,6 +123,18 @@ def in_outage(backend: Backend) -> bool:
     since = mon.polling_since
     return mon.outage_since is not None or (
         since is not None and time.monotonic() - since > SLOW_POLL)
+
+
+def last_state(job_id: str) -> JobState | None:
+    """The state the last poll that worked saw for the job ``job_id`` (any backend's
+    monitor), None when none has seen it yet."""
+    with _lock:
+        monitors = list(_monitors.values())
+    for mon in monitors:
+        status = mon.last.get(job_id)
+        if status is not None:
+            return status.state
+    return None
 
 
 def monitor_for(backend: Backend) -> JobMonitor:

@@ -120,6 +120,13 @@ class PoolOp:
 POOL_HEADER = struct.Struct("<QB")
 
 
+class StatusOp:
+    """Requests to a program's status channel (:mod:`fiber.runtime.status`, read by
+    ``fiber top``); the reply is JSON."""
+
+    SNAPSHOT = b"S"  # the program's pools, their workers and tasks
+
+
 class TaskKind:
     CALL = 0  # apply: (args, kwds)
     MAP = 1  # a chunk of items, func(x)

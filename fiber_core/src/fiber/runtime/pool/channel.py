@@ -21,11 +21,15 @@ Handlers run on the stream wire's selector thread, or on a thread that waits for
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
+import time
 import weakref
 from collections.abc import Iterable
 
+from fiber.runtime.pool import observe
+from fiber.runtime.pool.observe import TaskError
 from fiber.runtime.pool.results import ApplyResult
 from fiber.runtime.pool.scheduler import Outcome, Scheduler, Task, settle
 from fiber.wire import serialization, transport
@@ -34,6 +38,7 @@ from fiber.wire.protocol import POOL_HEADER, PoolOp
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
 _PARTIAL = PoolOp.PARTIAL
 _HEADER_END = 1 + POOL_HEADER.size
+_monotonic = time.monotonic
 
 logger = logging.getLogger("fiber")
 
@@ -64,9 +69,13 @@ class PoolChannel:
                     request.reply(_STOP)
             elif op == _PARTIAL:
                 done = scheduler.partial(w, line, serialization.loads(payload[_HEADER_END:]))
+                w.since = now = _monotonic()  # its next task begins (observe.py)
+                scheduler.meter.tick(now, scheduler.done + scheduler.failed)
             elif op == _RESULTS:
+                w.since = now = _monotonic()
                 done = scheduler.results(w, line, request,
                                          serialization.loads(payload[_HEADER_END:]))
+                scheduler.meter.tick(now, scheduler.done + scheduler.failed)
             elif op == _READY:
                 scheduler.ready(w, line, request)
             elif op == _STARTED:
@@ -75,7 +84,7 @@ class PoolChannel:
             else:
                 request.reply(b"unknown pool request", transport.ERROR)
         if done:
-            deliver(done)
+            deliver(done, scheduler.errors)
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
@@ -87,11 +96,15 @@ class PoolChannel:
         settle(failed)
 
 
-def deliver(done: Iterable[Outcome]) -> None:
-    """Deliver results as workers sent them (errors packed); call without the lock."""
+def deliver(done: Iterable[Outcome], errors: collections.deque[TaskError] | None = None,
+            ) -> None:
+    """Deliver results as workers sent them (errors packed; the failures are kept in
+    ``errors``, see :mod:`~fiber.runtime.pool.observe`); call without the lock."""
     for task, ok, value in done:
         if not ok:
             value = serialization.unpack_exception(value)
+            if errors is not None:
+                observe.record_errors(errors, ((task, ok, value),))
         try:
             task.sink._set(task.start, task.count, ok, value)
         except Exception:  # noqa: BLE001 - a user's callback must not stop the pool

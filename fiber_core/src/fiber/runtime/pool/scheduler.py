@@ -50,10 +50,12 @@ from __future__ import annotations
 import collections
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
 from fiber.errors import WorkerLostError
+from fiber.runtime.pool import observe
 from fiber.wire import serialization
 from fiber.wire.protocol import PoolOp, TaskKind
 
@@ -67,6 +69,7 @@ LOST_KEPT = 64  # lost workers whose late results are still accepted
 
 _STOP, _TASKS = PoolOp.STOP, PoolOp.TASKS
 _CALL = TaskKind.CALL
+_monotonic = time.monotonic
 
 
 class Sink(Protocol):
@@ -121,7 +124,7 @@ class Worker:
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
-                 "wire")
+                 "wire", "since")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -138,6 +141,7 @@ class Worker:
         self.connected = False
         self.listed = False  # in the table's idle or spare list
         self.wire: Any = None  # a request it sent: its connection, for reading directly
+        self.since = 0.0  # when its task in progress began (observe.py), time.monotonic()
 
     @property
     def busy(self) -> bool:
@@ -222,6 +226,8 @@ class Scheduler:
         self.lost_workers = 0  # workers that ended without being let go
         self.replaced = 0  # workers started in place of lost ones
         self._unreplaced = 0
+        self.errors = observe.errors_deque()  # the last failures (channel.py records them)
+        self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
 
     # -- submitting -----------------------------------------------------------------
     def check_running(self) -> None:
@@ -438,6 +444,8 @@ class Scheduler:
             self.failed += len(batch)
             return True
         request = w.parked.pop(line)
+        if not w.held:
+            w.since = _monotonic()  # it begins this batch now (observe.py)
         w.held[line] = {task.id: task for task in batch}
         for task in batch:
             task.worker = w
@@ -568,6 +576,7 @@ class Scheduler:
                 f"pool task {task.describe()} failed: {task.attempts} worker(s) died "
                 "while running it (it may crash or exhaust its worker)")))
         self.failed += len(outcomes)
+        observe.record_errors(self.errors, outcomes)
         return outcomes
 
     def split(self, task: Task) -> list[Task]:

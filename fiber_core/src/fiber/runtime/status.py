@@ -1,0 +1,276 @@
+"""What a running program tells ``fiber top``, and how ``fiber top`` finds it.
+
+The program side. When a process creates its first :class:`fiber.Pool`, it adds a
+*status channel* to the hub it already has (the one its children connect to): nothing
+new listens, and the channel answers only connections that proved they hold the run's
+secret (the hub's handshake), like every other channel. A
+:data:`~fiber.wire.protocol.StatusOp.SNAPSHOT` request is answered with JSON: the
+program (pid, command line, run id, backend) and, per pool it has (held weakly), its
+:meth:`~fiber.Pool.stats`, workers and tasks, throughput, the slowest tasks in
+progress and the last errors with their remote tracebacks. A request costs one pass
+over each pool's workers under its lock; the pool itself pays nothing per task for it
+(:mod:`fiber.runtime.pool.observe`).
+
+So that ``fiber top`` can find the program, the process writes a *registration*
+``<pid>-<start time>.json`` into ``<temp dir>/fiber-status-<uid>``, a directory private
+to the user (mode 0700; one that another user owns or can write to is not used), with
+mode 0600: the hub's address, the channel's number and the run's secret. It always
+does (one small file per program that has a pool); it removes the file at exit, and
+whoever lists the registrations (:func:`programs`) deletes those of processes that are
+gone (a program that was killed never removed its own). A user who can read the file
+could read the secret from the program's environment anyway.
+
+The reading side (:func:`programs`, :func:`query`) is what the ``fiber top`` command
+uses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import logging
+import os
+import stat
+import sys
+import tempfile
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from fiber import util
+from fiber._version import __version__
+from fiber.backend.local.records import start_time
+from fiber.runtime import config
+from fiber.runtime import run as run_module
+from fiber.wire import transport
+from fiber.wire.protocol import ERROR, StatusOp
+
+__all__ = ["Program", "directory", "programs", "query", "register_pool", "snapshot"]
+
+logger = logging.getLogger("fiber")
+
+_lock = threading.Lock()
+_pools: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+_pool_ids = itertools.count(1)
+_registered: str | None = None  # this process's registration file
+_registered_pid: int | None = None
+_started_wall = time.time()
+
+
+def directory() -> str:
+    """The directory of this user's registrations (it may not exist yet)."""
+    return os.path.join(tempfile.gettempdir(), f"fiber-status-{os.getuid()}")
+
+
+def _private_directory(create: bool) -> str | None:
+    path = directory()
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            logger.debug("cannot create %s: %s", path, exc)
+            return None
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
+            or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)):
+        logger.debug("%s is not a directory private to this user: not used", path)
+        return None
+    return path
+
+
+# -- the program side -----------------------------------------------------------------
+class StatusChannel:
+    """The hub channel that answers ``fiber top``."""
+
+    def handle(self, request: transport.Request, payload: memoryview) -> None:
+        if bytes(payload[:1]) != StatusOp.SNAPSHOT:
+            request.reply(b"unknown status request", ERROR)
+            return
+        # answered from a thread of its own: the hub's thread, which serves every
+        # channel, must not wait for a pool's lock (held while a large map is queued)
+        threading.Thread(target=_answer, args=(request,), name="fiber-status",
+                         daemon=True).start()
+
+    def peer_gone(self, peer: int) -> None:
+        pass
+
+
+def _answer(request: transport.Request) -> None:
+    try:
+        data = json.dumps(snapshot()).encode()
+    except Exception as exc:  # noqa: BLE001 - the requester gets the error, not a hang
+        logger.debug("status snapshot failed", exc_info=True)
+        request.reply(f"status snapshot failed: {type(exc).__name__}: {exc}".encode(), ERROR)
+        return
+    request.reply(data)
+
+
+def register_pool(pool: Any, hub: transport.Hub) -> None:
+    """Show ``pool`` (anything with ``stats()``) to ``fiber top``; the first call of a
+    process adds the status channel to ``hub`` and writes the registration."""
+    global _registered, _registered_pid
+    with _lock:
+        _pools[next(_pool_ids)] = pool
+        if _registered_pid == os.getpid():
+            return
+        _registered_pid = os.getpid()
+        cid = hub.add_channel(StatusChannel())
+        _registered = _write_registration(hub.address, cid, hub.authkey)
+    if _registered is not None:
+        util.at_exit("status registration", util.MANAGERS + 5, _unregister)
+
+
+def _write_registration(address: str, cid: int, authkey: bytes) -> str | None:
+    path = _private_directory(create=True)
+    pid = os.getpid()
+    started = start_time(pid)
+    if path is None or started is None:
+        return None
+    data = {"pid": pid, "started": started, "address": address, "channel": cid,
+            "authkey": authkey.hex(), "run": run_module.run_id(), "argv": sys.argv,
+            "cwd": os.getcwd(), "since": _started_wall, "job": run_module.is_job(),
+            "fiber": __version__}
+    final = os.path.join(path, f"{pid}-{started}.json")
+    partial = final + ".partial"
+    try:
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(partial, final)
+    except OSError as exc:
+        logger.debug("cannot write the status registration %s: %s", final, exc)
+        return None
+    return final
+
+
+def _unregister() -> None:
+    global _registered
+    path, _registered = _registered, None
+    if path is not None and _registered_pid == os.getpid():
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def _worker(ws: Any) -> dict[str, Any]:
+    process = ws.process
+    fields = {"id": ws.id, "state": ws.state, "held": ws.held,
+              "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None}
+    if process is not None:
+        for name in ("job_id", "host", "pid"):
+            try:
+                fields[name] = getattr(process, name)
+            except (AttributeError, ValueError):
+                pass
+    return fields
+
+
+def pool_status(pool_id: int, stats: Any) -> dict[str, Any]:
+    """One pool's part of a snapshot, from its :class:`~fiber.pool.PoolStats`."""
+    running = stats.idle + stats.busy
+    return {
+        "id": pool_id,
+        "state": stats.state,
+        "processes": stats.processes,
+        "workers": {
+            "pending": stats.pending, "starting": stats.starting - stats.pending,
+            "running": running, "idle": stats.idle, "busy": stats.busy,
+            "stopping": stats.stopping, "lost": stats.lost, "replaced": stats.replaced,
+            "started": stats.started,
+        },
+        "tasks": {"queued": stats.queued, "running": stats.running, "held": stats.held,
+                  "done": stats.done, "failed": stats.failed},
+        "throughput": round(stats.throughput, 3),
+        "slowest": [dataclasses.asdict(t) for t in stats.slowest],
+        "errors": [dataclasses.asdict(e) for e in stats.errors],
+        "worker_list": [_worker(ws) for ws in stats.workers],
+    }
+
+
+def snapshot() -> dict[str, Any]:
+    """This program and its pools, as ``fiber top --once --json`` prints them."""
+    with _lock:
+        pools = sorted(_pools.items())
+    return {
+        "program": {"pid": os.getpid(), "argv": sys.argv, "run": run_module.run_id(),
+                    "backend": config.get_config().backend, "since": _started_wall,
+                    "fiber": __version__},
+        "time": time.time(),
+        "pools": [pool_status(pid, pool.stats()) for pid, pool in pools],
+    }
+
+
+# -- the reading side -----------------------------------------------------------------
+@dataclass(frozen=True)
+class Program:
+    """A running program's registration."""
+
+    pid: int
+    started: int
+    address: str
+    channel: int
+    authkey: str
+    run: str
+    argv: list[str]
+    since: float
+    path: str
+
+    def alive(self) -> bool:
+        return start_time(self.pid) == self.started
+
+
+def programs() -> Iterator[Program]:
+    """The registered programs of this user that are still running, newest first;
+    registrations of processes that are gone are deleted."""
+    path = _private_directory(create=False)
+    if path is None:
+        return iter(())
+    found = []
+    for entry in os.listdir(path):
+        if not entry.endswith(".json"):
+            continue
+        file = os.path.join(path, entry)
+        try:
+            with open(file) as f:
+                data = json.load(f)
+            program = Program(int(data["pid"]), int(data["started"]), str(data["address"]),
+                              int(data["channel"]), str(data["authkey"]), str(data["run"]),
+                              [str(a) for a in data["argv"]], float(data["since"]), file)
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            logger.debug("ignoring the unreadable registration %s: %s", entry, exc)
+            continue
+        if program.alive():
+            found.append(program)
+        else:
+            try:
+                os.unlink(file)  # its program is gone (killed: it never removed it)
+            except FileNotFoundError:
+                pass
+    found.sort(key=lambda p: -p.since)
+    return iter(found)
+
+
+def query(program: Program, timeout: float = 10.0,
+          authkey: bytes | None = None) -> dict[str, Any]:
+    """Ask ``program`` for its snapshot over its hub (authenticated with the secret of
+    its registration, or ``authkey``). Raises :class:`fiber.ConnectionLostError` when
+    it cannot be reached, :class:`fiber.AuthenticationError` when the secret is wrong."""
+    client = transport.Client(program.address, authkey or bytes.fromhex(program.authkey))
+    try:
+        reply = client.request(program.channel, StatusOp.SNAPSHOT, timeout=timeout)
+    finally:
+        client.close()
+    result: dict[str, Any] = json.loads(bytes(reply).decode())
+    return result

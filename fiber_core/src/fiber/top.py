@@ -1,0 +1,193 @@
+"""``fiber top``: a live view of a running fiber program's pools.
+
+It finds the programs of this user on this machine by their registrations
+(:mod:`fiber.runtime.status`: a program writes one, private to the user, when it creates
+its first Pool), attaches to one (``--pid``; by default the only one, else the newest)
+over that program's own hub, authenticated with the run's secret the registration
+holds, and shows per pool: workers by state (pending in the cluster's queue, starting,
+running, stopping, lost, replaced), tasks queued, running, done and failed, throughput,
+the slowest tasks in progress and the last errors with their remote tracebacks.
+``--once --json`` prints one snapshot as JSON, for scripts.
+
+The view is drawn with ``rich`` (fiber-core's ``top`` extra), imported only here; the
+JSON output does not need it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.runtime import status
+
+__all__ = ["INSTALL_HINT", "main"]
+
+INSTALL_HINT = ("fiber top needs the rich package (fiber-core's `top` extra): from a "
+                "clone of fiber, `pip install './fiber_core[top]'`; once fiber-core is "
+                "on PyPI, `pip install 'fiber-core[top]'` (or just `pip install rich`); "
+                "`fiber top --once --json` works without it")
+
+
+class TopError(Exception):
+    """What ``fiber top`` reports as a message (exit status 1)."""
+
+
+def choose(pid: int | None) -> status.Program:
+    """The program to attach to: the one of ``pid``, the only one, or the newest."""
+    found = list(status.programs())
+    if pid is not None:
+        for program in found:
+            if program.pid == pid:
+                return program
+        raise TopError(f"no running fiber program with pid {pid} has a pool "
+                       f"(registered programs: {_pids(found)})")
+    if not found:
+        raise TopError("no running fiber program of this user has a pool (a program "
+                       "registers in " f"{status.directory()} when it creates its first "
+                       "Pool)")
+    return found[0]
+
+
+def _pids(found: list[status.Program]) -> str:
+    return ", ".join(str(p.pid) for p in found) or "none"
+
+
+def _age(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
+    """The view of one snapshot, as a rich renderable."""
+    from rich.console import Group
+    from rich.panel import Panel
+    from rich.table import Table
+    from rich.text import Text
+
+    prog = snap["program"]
+    head = Text()
+    head.append(f"fiber top  pid {prog['pid']}", style="bold")
+    head.append(f"  run {prog['run']}  backend {prog['backend']}  up "
+                f"{_age(snap['time'] - prog['since'])}\n")
+    head.append(" ".join(prog["argv"])[:200], style="dim")
+    if others:
+        head.append(f"\nother programs: {_pids(others)} (fiber top --pid PID)", style="dim")
+    parts: list[Any] = [head]
+    if not snap["pools"]:
+        parts.append(Text("no pool (they were closed and collected)", style="dim"))
+    for pool in snap["pools"]:
+        w, t = pool["workers"], pool["tasks"]
+        counts = Table.grid(padding=(0, 2))
+        for _ in range(8):
+            counts.add_column(justify="right")
+        counts.add_row(*(Text(x, style="bold") for x in (
+            "workers", "pending", "starting", "running", "busy", "stopping", "lost",
+            "replaced")))
+        counts.add_row(str(pool["processes"]), str(w["pending"]), str(w["starting"]),
+                       str(w["running"]), str(w["busy"]), str(w["stopping"]),
+                       str(w["lost"]), str(w["replaced"]))
+        counts.add_row(*(Text(x, style="bold") for x in (
+            "tasks", "queued", "running", "done", "failed", "tasks/s", "", "")))
+        counts.add_row("", str(t["queued"]), str(t["running"]), str(t["done"]),
+                       str(t["failed"]), f"{pool['throughput']:.1f}", "", "")
+        body: list[Any] = [counts]
+        if pool["slowest"]:
+            slow = Table(title="slowest running tasks", title_justify="left",
+                         expand=True, box=None)
+            slow.add_column("worker", justify="right")
+            slow.add_column("seconds", justify="right")
+            slow.add_column("task", overflow="ellipsis", no_wrap=True)
+            for entry in pool["slowest"]:
+                slow.add_row(str(entry["worker"]), f"{entry['seconds']:.1f}", entry["task"])
+            body.append(slow)
+        for error in pool["errors"][-3:]:
+            text = Text()
+            text.append(f"{time.strftime('%H:%M:%S', time.localtime(error['time']))} "
+                        f"{error['error']}", style="bold red")
+            text.append(f"  ({error['task']})\n", style="dim")
+            tail = error["traceback"].splitlines()[-8:]
+            text.append("\n".join(tail), style="red")
+            body.append(text)
+        parts.append(Panel(Group(*body), title=f"Pool {pool['id']} ({pool['state']})",
+                           title_align="left"))
+    return Group(*parts)
+
+
+def _snapshot(program: status.Program) -> dict[str, Any]:
+    try:
+        return status.query(program)
+    except AuthenticationError as exc:
+        raise TopError(f"program {program.pid} refused the secret of its "
+                       f"registration: {exc}") from None
+
+
+def main(args: argparse.Namespace) -> int:
+    """``fiber top`` with its parsed options (``pid``, ``once``, ``json``, ``interval``)."""
+    if args.json and not args.once:
+        raise TopError("--json prints one snapshot: use it with --once")
+    if not args.json:
+        try:
+            import rich  # noqa: F401 - only checks that the view can be drawn
+        except ImportError:
+            raise TopError(INSTALL_HINT) from None
+    program = choose(args.pid)
+    try:
+        snap = _snapshot(program)
+    except ConnectionLostError as exc:
+        raise TopError(f"cannot reach program {program.pid}: {exc}") from None
+    if args.json:
+        print(json.dumps(snap, indent=2))
+        return 0
+    others = [p for p in status.programs() if p.pid != program.pid]
+    from rich.console import Console
+    from rich.live import Live
+
+    console = Console()
+    if args.once:
+        console.print(render(snap, others))
+        return 0
+    try:
+        with Live(render(snap, others), console=console, auto_refresh=False,
+                  screen=False) as live:
+            while True:
+                time.sleep(args.interval)
+                try:
+                    snap = _snapshot(program)
+                except ConnectionLostError:
+                    if not program.alive():
+                        live.stop()
+                        console.print(f"program {program.pid} has exited")
+                        return 0
+                    continue  # busy: try again at the next refresh
+                live.update(render(snap, others), refresh=True)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        sys.stdout.flush()
+
+
+def list_programs() -> int:
+    found = list(status.programs())
+    if not found:
+        print("no running fiber program of this user has a pool")
+    for p in found:
+        print(f"{p.pid}  run={p.run}  up {_age(time.time() - p.since)}  "
+              f"{' '.join(p.argv)[:120]}")
+    return 0
+
+
+def command(args: argparse.Namespace) -> int:
+    """The entry of ``fiber top`` (errors are messages on stderr, exit status 1)."""
+    try:
+        if args.list:
+            return list_programs()
+        return main(args)
+    except TopError as exc:
+        print(f"fiber top: {exc}", file=sys.stderr)
+        return 1
