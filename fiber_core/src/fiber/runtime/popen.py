@@ -23,6 +23,7 @@ from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
 from fiber.runtime import config, retry, run, teardown
 from fiber.runtime.monitor import in_outage, monitor_for
+from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
 from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
@@ -197,7 +198,6 @@ class JobPopen:
         self.backend = run.backend()
         self.heartbeat_interval = float(cfg.heartbeat_interval)
         self.heartbeat_timeout = float(cfg.heartbeat_timeout)
-        self.prefix = bool(cfg.output_prefix)
         self.returncode: int | None = None
         self.exit_reported: int | None = None
         self.start_error: ProcessStartError | None = None
@@ -221,6 +221,8 @@ class JobPopen:
             payload = serialization.dumps_code(process_obj)
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
         self.hub = run.hub()
+        self.output = LineWriter(f"[{self.process_name}] " if cfg.output_prefix else "",
+                                 self.hub.call_later)
         self.channel = ControlChannel(self)
         self.cid = self.hub.add_channel(self.channel)
         meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
@@ -387,6 +389,7 @@ class JobPopen:
         return True
 
     def _finish(self, code: int) -> None:
+        self.output.flush()  # its last words before join() returns
         with self._lock:
             if self._done.is_set():
                 return
@@ -427,15 +430,7 @@ class JobPopen:
                 _unreleased_lock.notify_all()
 
     def write_output(self, stream: bytes, text: str) -> None:
-        out = sys.stderr if stream == b"2" else sys.stdout
-        if self.prefix:
-            lines = text.splitlines(keepends=True)
-            text = "".join(f"[{self.process_name}] {line}" for line in lines)
-        try:
-            out.write(text)
-            out.flush()
-        except (OSError, ValueError):
-            pass
+        self.output.write(stream, text)
 
     # -- the Popen interface --------------------------------------------------------
     def poll(self) -> int | None:

@@ -1,0 +1,82 @@
+"""Children's output as the parent writes it: whole lines, in the order each child
+wrote them, all of it before the parent's lines that follow a join() of that child; an
+unfinished line (a prompt) still shows while the child waits."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+
+TALKERS = """
+import sys, time, fiber
+
+def talk(n):
+    for i in range(n):
+        print(f"line {i} of", fiber.current_process().name, "x" * 40)
+    sys.stdout.write("unfinished ")
+    sys.stdout.flush()  # sent without its newline
+    time.sleep(0.2)
+    print("finished")
+
+if __name__ == "__main__":
+    talkers = [fiber.Process(target=talk, args=(300,), name=f"t{k}") for k in range(3)]
+    for p in talkers:
+        p.start()
+    for p in talkers:
+        p.join()
+    print("PARENT AFTER JOIN")
+"""
+
+LINE = re.compile(r"^(\[t\d\] )?(line \d+ of t\d x{40}|unfinished finished|PARENT AFTER JOIN)$")
+
+
+def test_lines_are_whole_in_order_and_before_the_parent_after_join(run_script):
+    for _ in range(3):
+        result = run_script(TALKERS)
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.splitlines()
+        assert lines[-1] == "PARENT AFTER JOIN"
+        assert all(LINE.match(line) for line in lines), [
+            line for line in lines if not LINE.match(line)]
+        assert lines.count("unfinished finished") == 3
+        for k in range(3):  # each child's lines in the order it wrote them
+            own = [int(line.split()[1]) for line in lines if line.endswith(f"of t{k} " + "x" * 40)]
+            assert own == list(range(300))
+
+
+def test_prefixed_lines_are_prefixed_once(run_script):
+    result = run_script(TALKERS, env={"FIBER_OUTPUT_PREFIX": "true"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines.count("[t1] unfinished finished") == 1
+    assert all(LINE.match(line) for line in lines)
+    assert sum(line.startswith("[t2] line ") for line in lines) == 300
+
+
+def test_an_unfinished_line_shows_while_the_child_waits(tmp_path):
+    script = tmp_path / "prompt.py"
+    script.write_text(
+        "import sys, time, fiber\n"
+        "def ask():\n"
+        "    sys.stdout.write('ready> ')\n"
+        "    sys.stdout.flush()\n"
+        "    time.sleep(4)\n"
+        "    print('done')\n"
+        "if __name__ == '__main__':\n"
+        "    p = fiber.Process(target=ask); p.start(); p.join()\n")
+    proc = subprocess.Popen([sys.executable, "-u", str(script)], stdout=subprocess.PIPE,
+                            cwd=tmp_path)
+    try:
+        started = time.monotonic()
+        seen = b""
+        while not seen.endswith(b"ready> "):
+            seen += proc.stdout.read(1)
+        # shown while the child still sleeps (start-up included), not at its end
+        assert time.monotonic() - started < 3.5
+        assert proc.stdout.read() == b"done\n"
+        assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
