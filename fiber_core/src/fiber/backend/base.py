@@ -40,7 +40,8 @@ __all__ = ["Backend", "BackendError", "ClusterUnreachableError", "JobCreationErr
 class Backend(abc.ABC):
     """Create, watch and end jobs on one kind of cluster.
 
-    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
+    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`, and a
+    :attr:`secrets_delivery` for fiber's processes to run on it.
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
     cluster can answer for many jobs in one call), :meth:`terminate_jobs` (the same
     for ending many jobs), :meth:`wait`, :meth:`logs`,
@@ -62,6 +63,14 @@ class Backend(abc.ABC):
     lists_others_jobs: bool = True
     #: calls to the cluster manager the default :meth:`terminate_jobs` makes at once
     max_parallel_calls: int = 16
+    #: how :meth:`create_job` delivers ``JobSpec.secrets`` (the run's secret) to the
+    #: job (:mod:`fiber.backend.secrets`): ``"private"`` (the backend delivers them
+    #: itself, through its engine's secret mechanism or a private channel, e.g. a
+    #: secrets file), ``"env"`` (the core merges them into ``env``: only for a backend
+    #: whose jobs' environments are readable by the job's user and root alone, and
+    #: never stored or shown by the cluster), ``None`` (it does not: the core refuses
+    #: to start fiber processes on it)
+    secrets_delivery: str | None = None
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = options

@@ -20,6 +20,9 @@ from fiber.backend import (
 class ExampleBackend(Backend):
     name = "example"
     poll_interval = 0.1
+    # jobs are this user's subprocesses: their environment is readable only by this
+    # user and root, so the core may put the run's secret there (fiber.backend.secrets)
+    secrets_delivery = "env"
 
     def create_job(self, spec: JobSpec) -> Job:
         env = {**os.environ, **spec.env, "EXAMPLE_JOB_MARKER": self.options["example_marker"]}
