@@ -21,8 +21,10 @@ and in ``fiber_mycluster/plugin.py``::
         return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
 
 The backend class implements :class:`fiber.backend.Backend` (create_job, status,
-terminate; optionally poll, wait, logs, listen_address, expect_jobs, release,
-list_jobs, close) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
+terminate, and the attribute ``secrets_delivery``, which says how a job gets the run's
+secret, ``JobSpec.secrets``, without it showing in the cluster's description of the job:
+:mod:`fiber.backend.secrets`; optionally poll, wait, logs, listen_address, expect_jobs,
+release, list_jobs, close) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
 JobState). The package :mod:`fiber.backend` exports all of them: it is the whole public
 contract, and a plugin never imports anything else from fiber. Its errors tell the core
 what to do: :class:`~fiber.backend.TransientBackendError` (and
