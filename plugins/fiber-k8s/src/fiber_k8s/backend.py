@@ -300,7 +300,8 @@ class KubernetesBackend(Backend):
         try:
             pods = self.conn.api.list_namespaced_pod(
                 namespace, label_selector=names.selector({RUN_LABEL: run}))
-            if any(pod.metadata.deletion_timestamp is None for pod in pods.items):
+            if any(pod.metadata is not None and pod.metadata.deletion_timestamp is None
+                   for pod in pods.items):
                 return  # the run still has pods
             self._secrets.delete(name)
         except API_ERRORS as exc:

@@ -38,7 +38,7 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
                            **spec.labels})
     labels.update(MANAGED_BY)
     labels[INSTANCE_LABEL] = instance
-    env = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
     if spec.secrets:
         if not secret_name:
             raise ValueError("a job with secrets needs the Secret that holds them")
