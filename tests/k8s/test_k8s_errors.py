@@ -73,7 +73,8 @@ def test_forbidden_by_rbac_shows_the_role(make_backend, k8s_engine, admin_api):
 
 
 def test_rbac_manifest_grants_enough(make_backend, k8s_engine, admin_api, tmp_path):
-    """plugins/fiber-k8s/rbac.yaml, bound to the user without rights, is all it needs."""
+    """plugins/fiber-k8s/rbac.yaml, bound to the user without rights, is all it needs
+    (a job with a secret included: the run's Secret is created and deleted)."""
     import yaml
     from kubernetes import client, utils
 
@@ -92,12 +93,15 @@ def test_rbac_manifest_grants_enough(make_backend, k8s_engine, admin_api, tmp_pa
             utils.create_from_dict(admin_api.api_client, doc, namespace=namespace)
         backend = make_backend(kubernetes_kubeconfig=k8s_engine["FK8S_TEST_NOBODY_KUBECONFIG"],
                                kubernetes_namespace=namespace)
-        job = backend.create_job(spec())
+        job = backend.create_job(spec(secrets={"FIBER_TEST_SECRET": "s"}))
         status = backend.wait(job, 90)
         assert status is not None and status.exitcode == 0, status
         assert "1" in backend.logs(job)
         assert [j.id for j in backend.list_jobs(LABELS)] == [job.id]
+        managed = "app.kubernetes.io/managed-by=fiber"
+        assert len(admin_api.list_namespaced_secret(namespace, label_selector=managed).items) == 1
         backend.release(job)
+        assert admin_api.list_namespaced_secret(namespace, label_selector=managed).items == []
         assert backend.list_jobs(LABELS) == [] or all(
             j.id != job.id for j in backend.list_jobs(LABELS))
     finally:

@@ -1,7 +1,8 @@
 """A parent running inside a pod (created with generateName, in a non-default
 namespace, with the service account of plugins/fiber-k8s/rbac.yaml): the backend uses
 the in-cluster configuration, finds its own pod, runs the child in the parent pod's
-image and namespace, and makes the parent pod the child's owner."""
+image and namespace, and makes the parent pod the child's owner and the owner of the
+run's Secret, from which the child gets its secret (deleted with the child)."""
 
 from __future__ import annotations
 
@@ -25,18 +26,25 @@ from fiber.backend.job import JobSpec
 from fiber_k8s.backend import KubernetesBackend
 
 backend = KubernetesBackend(config.load().as_dict())
-job = backend.create_job(JobSpec(command=[sys.executable, "-c", "print('child ok')"],
+from fiber_k8s.secret import secret_name
+
+code = "import os; print('child ok', os.environ.get('FIBER_TEST_SECRET') == 'k8s-secret')"
+job = backend.create_job(JobSpec(command=[sys.executable, "-c", code],
                                  labels={"fiber.run": "in-cluster", "fiber.parent": "p"},
-                                 name="child"))
+                                 name="child", secrets={"FIBER_TEST_SECRET": "k8s-secret"}))
 status = backend.wait(job, 90)
 pod = backend.conn.api.read_namespaced_pod(job.id, backend.conn.namespace)
-print("RESULT " + json.dumps({
+secret = backend.conn.api.read_namespaced_secret(secret_name("in-cluster"),
+                                                 backend.conn.namespace)
+result = {
     "namespace": backend.conn.namespace, "in_cluster": backend.conn.in_cluster,
     "image": pod.spec.containers[0].image,
     "owners": [o.name for o in pod.metadata.owner_references or []],
+    "secret_owners": [o.name for o in secret.metadata.owner_references or []],
     "exitcode": status.exitcode, "logs": backend.logs(job),
-    "listen": backend.listen_address()}), flush=True)
+    "listen": backend.listen_address()}
 backend.release(job)
+print("RESULT " + json.dumps(result), flush=True)
 backend.close()
 """
 
@@ -107,8 +115,11 @@ def test_parent_in_a_pod(k8s_engine, admin_api, host_network):
         assert result["namespace"] == NAMESPACE
         assert result["image"] == image
         assert result["owners"] == [name]
+        assert result["secret_owners"] == [name]  # the run's Secret goes with the parent pod
         assert result["exitcode"] == 0
-        assert "child ok" in result["logs"]
+        assert "child ok True" in result["logs"]  # it got the secret from the Secret
+        assert admin_api.list_namespaced_secret(  # deleted with the run's last pod
+            NAMESPACE, label_selector="fiber.run=in-cluster").items == []
         pod_ip = admin_api.read_namespaced_pod(name, NAMESPACE).status.pod_ip
         assert result["listen"] == pod_ip
         if host_network:

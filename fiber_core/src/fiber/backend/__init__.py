@@ -1,7 +1,8 @@
 """The backend contract: everything a backend plugin implements and may import.
 
 A backend turns a :class:`JobSpec` into a running :class:`Job` on some cluster and
-reports its :class:`JobStatus`; it subclasses :class:`Backend`, declares its settings
+reports its :class:`JobStatus`, delivering the run's secret to the job privately
+(:mod:`fiber.backend.secrets`); it subclasses :class:`Backend`, declares its settings
 as :class:`ConfigOption` objects and registers both through the hooks of
 :mod:`fiber.backend.hookspecs` (marked with :data:`hookimpl`). Those names, the errors
 below and the test suite :mod:`fiber.testing` are the whole contract: a plugin imports
@@ -26,6 +27,14 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
+from fiber.backend.secrets import (
+    SECRETS_FILE_ENV,
+    SecretsFileError,
+    load_secrets,
+    read_secrets_file,
+    secrets_file_content,
+    write_secrets_file,
+)
 from fiber.errors import (
     BackendError,
     ClusterUnreachableError,
@@ -37,6 +46,8 @@ from fiber.errors import (
 __all__ = [
     "CAPABILITIES", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
     "ConfigOption", "Job", "JobCreationError", "JobSpec", "JobState", "JobStatus",
-    "TransientBackendError", "hookimpl", "parse_bool", "parse_list", "parse_memory",
+    "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
+    "load_secrets", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
+    "read_secrets_file", "secrets_file_content", "write_secrets_file",
 ]

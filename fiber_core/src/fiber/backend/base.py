@@ -47,14 +47,15 @@ CAPABILITIES: dict[str, str] = {
             "jobs in fewer calls than one per job (a job array, one delete by label)",
     "workers_per_job": "one job may run several pool workers",
     "secrets": "the run's secret reaches a job through a private channel, not its "
-               "environment",
+               "environment (declared by secrets_delivery = 'private', not in the set)",
 }
 
 
 class Backend(abc.ABC):
     """Create, watch and end jobs on one kind of cluster.
 
-    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`.
+    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`, and a
+    :attr:`secrets_delivery` for fiber's processes to run on it.
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
     cluster can answer for many jobs in one call), :meth:`create_jobs` and
     :meth:`terminate_jobs` (the same for starting and ending many jobs), :meth:`wait`,
@@ -79,10 +80,19 @@ class Backend(abc.ABC):
     #: calls to the cluster manager the default :meth:`create_jobs` and
     #: :meth:`terminate_jobs` make at once
     max_parallel_calls: int = 16
+    #: how :meth:`create_job` delivers ``JobSpec.secrets`` (the run's secret) to the
+    #: job (:mod:`fiber.backend.secrets`): ``"private"`` (the backend delivers them
+    #: itself, through its engine's secret mechanism or a private channel, e.g. a
+    #: secrets file), ``"env"`` (the core merges them into ``env``: only for a backend
+    #: whose jobs' environments are readable by the job's user and root alone, and
+    #: never stored or shown by the cluster), ``None`` (it does not: the core refuses
+    #: to start fiber processes on it)
+    secrets_delivery: str | None = None
     #: the optional capabilities this backend implements (names of
     #: :data:`CAPABILITIES`). A subclass that does not set it declares ``logs`` and
     #: ``list_jobs`` by overriding :meth:`logs` and :meth:`list_jobs` (with
     #: :attr:`lists_others_jobs` true); set it to say exactly what the backend does.
+    #: ``secrets`` follows :attr:`secrets_delivery` (``"private"``) and is not set here.
     capabilities: frozenset[str] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -92,14 +102,19 @@ class Backend(abc.ABC):
             if unknown:
                 raise TypeError(f"{cls.__name__}.capabilities names unknown capabilities "
                                 f"{sorted(unknown)}; known: {sorted(CAPABILITIES)}")
-            cls.capabilities = frozenset(cls.capabilities)
-            return
-        inferred = set(cls.capabilities)
-        if cls.logs is not Backend.logs:
-            inferred.add("logs")
-        if cls.list_jobs is not Backend.list_jobs and cls.lists_others_jobs:
-            inferred.add("list_jobs")
-        cls.capabilities = frozenset(inferred)
+            if "secrets" in cls.capabilities:
+                raise TypeError(f"{cls.__name__}.capabilities: 'secrets' follows "
+                                "secrets_delivery = 'private'; do not declare it")
+            declared = set(cls.capabilities)
+        else:
+            declared = set(cls.capabilities) - {"secrets"}
+            if cls.logs is not Backend.logs:
+                declared.add("logs")
+            if cls.list_jobs is not Backend.list_jobs and cls.lists_others_jobs:
+                declared.add("list_jobs")
+        if cls.secrets_delivery == "private":
+            declared.add("secrets")
+        cls.capabilities = frozenset(declared)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         self.options = options

@@ -21,9 +21,12 @@ and in ``fiber_mycluster/plugin.py``::
         return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
 
 The backend class implements :class:`fiber.backend.Backend` (create_job, status,
-terminate; optionally poll, create_jobs, terminate_jobs, wait, logs, listen_address,
-expect_jobs, release, list_jobs, close, and declares in ``capabilities`` the optional
-parts it really implements: ``fiber.backend.CAPABILITIES`` lists them) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
+terminate, and the attribute ``secrets_delivery``, which says how a job gets the run's
+secret, ``JobSpec.secrets``, without it showing in the cluster's description of the job:
+:mod:`fiber.backend.secrets`; optionally poll, create_jobs, terminate_jobs, wait, logs,
+listen_address, expect_jobs, release, list_jobs, close; and it declares in
+``capabilities`` the optional parts it really implements, which
+``fiber.backend.CAPABILITIES`` lists) on the types of :mod:`fiber.backend.job` (JobSpec, Job, JobStatus,
 JobState). The package :mod:`fiber.backend` exports all of them: it is the whole public
 contract, and a plugin never imports anything else from fiber. Its errors tell the core
 what to do: :class:`~fiber.backend.TransientBackendError` (and

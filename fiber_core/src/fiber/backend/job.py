@@ -54,8 +54,13 @@ class JobSpec:
 
     ``command`` is an argv list to execute as is (no shell). ``env`` holds the variables
     the job needs on top of what the backend provides (the core puts the connection
-    details and the run's secret there, so backends must pass them through and should
-    not log them). ``cpu`` is a number of cores (may be fractional), ``memory`` is in
+    details there; backends must pass them through). ``secrets`` holds variables the
+    job needs as well, whose values no one else may see (the core puts the run's
+    secret there, ``_FIBER_AUTHKEY``): the backend delivers them so that they become
+    environment variables of the job's process without appearing in a command line,
+    a stored job description or an environment the cluster shows or keeps, as its
+    :attr:`Backend.secrets_delivery` says (:mod:`fiber.backend.secrets`); they are
+    left out of the spec's repr, and must never be logged. ``cpu`` is a number of cores (may be fractional), ``memory`` is in
     MiB, ``gpu`` a number of devices; ``None`` means "no request". ``labels`` must be
     attached to the job wherever the cluster supports it so that a run's leftovers can
     be found (``fiber.run`` and ``fiber.parent`` are always present). ``image`` is the
@@ -71,6 +76,7 @@ class JobSpec:
     gpu: int | None = None
     name: str = "fiber-job"
     labels: dict[str, str] = field(default_factory=dict)
+    secrets: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(eq=False)

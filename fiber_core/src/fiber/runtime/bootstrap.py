@@ -1,7 +1,9 @@
 """The entry point of every job: ``python -m fiber.runtime.bootstrap``.
 
 It dials the parent's hub named in ``_FIBER_PARENT``, authenticates with the run's
-secret, says hello on its control channel (``_FIBER_CHANNEL``) and receives the
+secret (``_FIBER_AUTHKEY`` in its environment, or in the secrets file its backend
+wrote, ``_FIBER_SECRETS_FILE``, which it reads first: :mod:`fiber.backend.secrets`),
+says hello on its control channel (``_FIBER_CHANNEL``) and receives the
 parent's preparation data (sys.path, main module, as multiprocessing's spawn sends
 them) and the pickled Process object. It forwards its stdout and stderr to the
 parent, keeps a heartbeat with it (exiting when the parent is gone, so no job outlives
@@ -26,6 +28,7 @@ import sys
 import threading
 import traceback
 
+from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError
 from fiber.runtime import config, run
 from fiber.wire import protocol, serialization, transport
@@ -168,6 +171,13 @@ def _report_failure(client: transport.Client, channel: int, out: _Forwarder,
 
 
 def main() -> int:
+    try:
+        # the run's secret, when its backend delivered it in a secrets file: into this
+        # process's environment, where the wire finds it (fiber.backend.secrets)
+        load_secrets()
+    except SecretsFileError as exc:
+        sys.stderr.write(f"fiber: this job cannot join its run: {exc}\n")
+        return 1
     address = os.environ.pop("_FIBER_PARENT")
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
     cfg = config.get_config()  # a bad setting fails here, before the parent counts on us

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from fiber.backend import secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
 from fiber.runtime import config, retry, run, teardown
@@ -226,8 +227,8 @@ class JobPopen:
         self.channel = ControlChannel(self)
         self.cid = self.hub.add_channel(self.channel)
         meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
-        spec = self._job_spec(cfg, process_obj, meta)
         try:
+            spec = self._job_spec(cfg, process_obj, meta)
             self.job: Job = retry.call(self.backend.name, "create a job",
                                        lambda: self.backend.create_job(spec),
                                        float(cfg.backend_retry_timeout))
@@ -250,11 +251,12 @@ class JobPopen:
             "FIBER_BACKEND": cfg.backend,
             "_FIBER_PARENT": self.hub.address,
             "_FIBER_CHANNEL": str(self.cid),
-            "_FIBER_AUTHKEY": auth.get_authkey().hex(),
             "_FIBER_RUN": run.run_id(),
             "PYTHONUNBUFFERED": "1",
         })
-        return JobSpec(
+        # the run's secret travels apart from the environment; the backend delivers it
+        # privately, or says its jobs' environments are private (fiber.backend.secrets)
+        spec = JobSpec(
             command=run.job_command(),
             env=env,
             cwd=os.getcwd(),
@@ -264,7 +266,9 @@ class JobPopen:
             gpu=meta.get("gpu", cfg.gpu),
             name=job_name(process_obj.name),
             labels=job_labels(),
+            secrets={auth.AUTHKEY_ENV: auth.get_authkey().hex()},
         )
+        return secrets.for_backend(self.backend, spec)
 
     # -- events ---------------------------------------------------------------------
     def connected(self, pid: int, host: str) -> None:

@@ -28,6 +28,7 @@ it is skipped when the backend does not declare ``list_jobs``).
 
 from __future__ import annotations
 
+import hashlib
 import socket
 import sys
 import threading
@@ -41,6 +42,7 @@ from typing import Any
 import pytest
 
 from fiber.backend import Backend, Job, JobCreationError, JobSpec, JobState, JobStatus
+from fiber.backend.secrets import DELIVERIES, for_backend
 
 #: the ``submit`` fixture: ``submit(code, **JobSpec fields)`` runs ``python -c code``
 Submit = Callable[..., Job]
@@ -93,7 +95,9 @@ class BackendContract:
                 env={**base_spec.env, **fields.pop("env", {})},
                 **fields,
             )
-            job = backend.create_job(spec)
+            # as the core does: secrets are merged into env for a backend that says
+            # its jobs' environments are private, refused for one that says nothing
+            job = backend.create_job(for_backend(backend, spec))
             created.append(job)
             return job
 
@@ -150,6 +154,31 @@ class BackendContract:
             logs = backend.logs(job)
         assert "out x42y" in logs
         assert "err-line" in logs
+
+    def test_secrets_reach_the_job(self, backend: Backend, submit: Submit,
+                                   job_timeout: float) -> None:
+        """``JobSpec.secrets`` become environment variables of the job (once the job
+        side of :mod:`fiber.backend.secrets` ran, as fiber's bootstrap does first);
+        the backend must declare ``secrets_delivery``."""
+        assert backend.secrets_delivery in DELIVERIES, (
+            f"the backend's secrets_delivery is {backend.secrets_delivery!r}: declare how "
+            "it delivers JobSpec.secrets (fiber.backend.secrets)")
+        secret = uuid.uuid4().hex
+        digest = hashlib.sha256(secret.encode()).hexdigest()
+        job = submit(
+            "import hashlib, os; from fiber.backend import load_secrets; load_secrets(); "
+            "v = os.environ.get('CONTRACT_SECRET', ''); "
+            f"print('secret', hashlib.sha256(v.encode()).hexdigest() == {digest!r}, "
+            "flush=True)",
+            secrets={"CONTRACT_SECRET": secret})
+        self._wait(backend, job, job_timeout)
+        deadline = time.monotonic() + 10
+        logs = backend.logs(job)
+        while "secret " not in logs and time.monotonic() < deadline:
+            time.sleep(0.2)
+            logs = backend.logs(job)
+        assert "secret True" in logs, logs
+        assert secret not in logs
 
     def test_cwd_is_honoured(self, backend: Backend, submit: Submit, job_timeout: float,
                              tmp_path: Path) -> None:

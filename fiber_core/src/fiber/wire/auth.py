@@ -4,8 +4,12 @@ Every connection proves it holds the run's secret before anything it sends is
 unpickled, in the spirit of multiprocessing's authkey challenge: each side sends a
 random nonce and must answer the other's with ``HMAC-SHA256(secret, role + nonce)``
 (the exchange is :mod:`fiber.wire.handshake`). The secret is created by the first
-fiber process of a run and reaches its children in the job's environment
-(``_FIBER_AUTHKEY``, hex).
+fiber process of a run and reaches each of its jobs as ``_FIBER_AUTHKEY`` (hex) in the
+job process's environment, never in the job's description on the cluster: the core
+hands it to the backend apart from the job's environment (``JobSpec.secrets``), the
+backend delivers it privately, and a job whose backend wrote it to a secrets file has
+read that file into its environment before anything here runs (the job's bootstrap,
+with :func:`fiber.backend.secrets.load_secrets`).
 """
 
 from __future__ import annotations

@@ -4,6 +4,11 @@ A job's container runs ``spec.command`` as is in the job's image (``spec.image``
 the ``image`` setting, else the image of the container this process runs in), with
 exactly ``spec.env``, ``spec.cwd`` as working directory, Docker's init as PID 1 (so
 SIGTERM reaches the command) and the host's network unless ``docker_network`` is set.
+The run's secret (``spec.secrets``) is copied into the created container, before it
+starts, as a secrets file (``/.fiber-secrets/secrets``, mode 0600, owned by the image's
+user; see :mod:`fiber_docker.secretfile`) whose path is the container's
+``_FIBER_SECRETS_FILE``: ``docker inspect`` shows the path, never the secret; the job
+removes the file once read, and the container goes with it.
 cpu, memory and gpu requests become container limits; ``spec.labels`` become
 container labels, which is how :meth:`DockerBackend.list_jobs` and
 :meth:`DockerBackend.poll` find a run's containers with one engine call. Ended
@@ -29,6 +34,7 @@ from docker import errors as docker_errors
 from docker.types import DeviceRequest, Mount
 
 from fiber.backend import (
+    SECRETS_FILE_ENV,
     Backend,
     ClusterUnreachableError,
     ConfigError,
@@ -38,7 +44,7 @@ from fiber.backend import (
     JobState,
     JobStatus,
 )
-from fiber_docker import selfcontainer
+from fiber_docker import secretfile, selfcontainer
 from fiber_docker.status import to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes
 
@@ -70,6 +76,7 @@ class DockerBackend(Backend):
     name = "docker"
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
+    secrets_delivery = "private"  # a file copied into the container (secretfile)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -93,6 +100,7 @@ class DockerBackend(Backend):
         self._final: dict[str, JobStatus] = {}
         self._cancelled: set[str] = set()
         self._jobs: dict[str, Job] = {}
+        self._image_users: dict[str, str] = {}
 
     # -- engine connection --------------------------------------------------------
     def _engine_hint(self) -> str:
@@ -255,6 +263,8 @@ class DockerBackend(Backend):
         if self._pid_host:  # the init is no PID 1 then: make it a subreaper instead
             env.setdefault("TINI_SUBREAPER", "1")
         mounts = self._mounts(spec, env)
+        if spec.secrets:
+            env[SECRETS_FILE_ENV] = secretfile.PATH
         labels = {str(k): str(v) for k, v in spec.labels.items()}
         labels.update({BACKEND_LABEL: self.name, NAME_LABEL: spec.name})
         try:
@@ -273,6 +283,8 @@ class DockerBackend(Backend):
         except docker_errors.APIError as exc:
             raise self._refused("create a container for", spec, image, exc) from None
         container_id = created["Id"]
+        if spec.secrets:
+            self._put_secrets(client, container_id, spec, image)
         try:
             self._api("start a container", client.api.start, container_id)
         except docker_errors.APIError as exc:
@@ -284,6 +296,32 @@ class DockerBackend(Backend):
             self._jobs[container_id] = job
         logger.debug("job %s is container %s (image %s)", spec.name, container_id[:12], image)
         return job
+
+    def _image_user(self, client: docker.DockerClient, image: str) -> str:
+        with self._lock:
+            if image in self._image_users:
+                return self._image_users[image]
+        user = str((self._api("inspect an image", client.api.inspect_image, image)
+                    .get("Config") or {}).get("User") or "")
+        with self._lock:
+            self._image_users[image] = user
+        return user
+
+    def _put_secrets(self, client: docker.DockerClient, container_id: str, spec: JobSpec,
+                     image: str) -> None:
+        """Copy the job's secrets file into its created container (removed if it
+        cannot be: no job is left behind)."""
+        try:
+            archive = secretfile.archive(spec.secrets, self._image_user(client, image))
+            self._api("copy the secrets file into a container", client.api.put_archive,
+                      container_id, "/", archive)
+        except (docker_errors.APIError, ValueError) as exc:
+            self._remove(container_id)
+            raise self._refused("copy the run's secret into the container of", spec,
+                                image, exc) from None
+        except BaseException:
+            self._remove(container_id)
+            raise
 
     # -- watching jobs ------------------------------------------------------------
     def _final_status(self, job_id: str) -> JobStatus | None:

@@ -3,6 +3,8 @@
 Statuses come from one watch per backend instance over the pods it created (see
 :mod:`fiber_k8s.watcher`), not from polling each pod. ``terminate`` deletes the pod
 with a short grace period (none with ``force``); ``release`` deletes what is left.
+The run's secret is a Kubernetes Secret the pods take it from (:mod:`fiber_k8s.secret`),
+never a value in a pod spec.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from kubernetes.client.rest import ApiException
 
 from fiber.backend import Backend, BackendError, Job, JobCreationError, JobSpec, JobState, JobStatus
 from fiber_k8s import cluster, names
-from fiber_k8s.manifest import ANNOTATION_LABELS, ANNOTATION_NAME, INSTANCE_LABEL, pod_manifest
+from fiber_k8s.manifest import (
+    ANNOTATION_LABELS,
+    ANNOTATION_NAME,
+    INSTANCE_LABEL,
+    MANAGED_BY,
+    pod_manifest,
+)
+from fiber_k8s.secret import RUN_LABEL, RunSecrets, secret_name
 from fiber_k8s.status import CONTAINER, container_started, pod_status
 from fiber_k8s.watcher import PodWatcher
 
@@ -36,6 +45,7 @@ class KubernetesBackend(Backend):
     name = "kubernetes"
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
+    secrets_delivery = "private"  # a Secret of the run, referenced by the pods
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -47,6 +57,9 @@ class KubernetesBackend(Backend):
         self.instance = uuid.uuid4().hex[:12]
         self._cancelled: dict[str, bool] = {}  # pod name -> forced
         self._live: dict[str, Job] = {}
+        self._secrets = RunSecrets(lambda: self.conn.api, lambda: self.conn.namespace,
+                                   self.instance, self._owner, MANAGED_BY)
+        self._secret_of: dict[str, str] = {}  # pod name -> the Secret it takes secrets from
 
     # -- connection ----------------------------------------------------------------
     @property
@@ -110,22 +123,46 @@ class KubernetesBackend(Backend):
         return {"apiVersion": "v1", "kind": "Pod", "name": parent.metadata.name,
                 "uid": parent.metadata.uid, "blockOwnerDeletion": False, "controller": False}
 
+    def _use_secret(self, spec: JobSpec) -> str | None:
+        if not spec.secrets:
+            return None
+        try:
+            return self._secrets.use(spec)
+        except API_ERRORS as exc:
+            raise self._error(exc, f"create the run's Secret for job {spec.name!r}") from exc
+
+    def _unuse_secret(self, name: str) -> None:
+        try:
+            self._secrets.unuse(name)
+        except API_ERRORS as exc:
+            raise self._error(exc, f"delete the run's Secret {name}") from exc
+
     def create_job(self, spec: JobSpec) -> Job:
         conn = self.conn
         pod_name = names.pod_name(spec.name)
-        body = pod_manifest(spec, pod_name=pod_name, namespace=conn.namespace,
-                            image=self._image(spec), instance=self.instance,
-                            options=self.options, owner=self._owner())
-        watcher = self._ensure_watcher()
+        image = self._image(spec)
+        secret = self._use_secret(spec)
         try:
-            pod = conn.api.create_namespaced_pod(conn.namespace, body)  # type: ignore[arg-type]  # the client also takes the manifest as a dict
-        except API_ERRORS as exc:
-            raise self._error(exc, f"create pod for job {spec.name!r}") from exc
+            body = pod_manifest(spec, pod_name=pod_name, namespace=conn.namespace,
+                                image=image, instance=self.instance,
+                                options=self.options, owner=self._owner(),
+                                secret_name=secret)
+            watcher = self._ensure_watcher()
+            try:
+                pod = conn.api.create_namespaced_pod(conn.namespace, body)  # type: ignore[arg-type]  # the client also takes the manifest as a dict
+            except API_ERRORS as exc:
+                raise self._error(exc, f"create pod for job {spec.name!r}") from exc
+        except BaseException:
+            if secret is not None:
+                self._unuse_secret(secret)
+            raise
         watcher.expect(pod)
         job = Job(id=pod_name, backend=self.name, spec=spec,  # the pod has the name we chose
                   handle=conn.namespace)
         with self._lock:
             self._live[job.id] = job
+            if secret is not None:
+                self._secret_of[job.id] = secret
         logger.debug("created pod %s/%s for job %s", conn.namespace, job.id, spec.name)
         return job
 
@@ -247,7 +284,29 @@ class KubernetesBackend(Backend):
         if self._watcher is not None:
             self._watcher.forget(job.id)
         with self._lock:
-            self._live.pop(job.id, None)
+            ours = self._live.pop(job.id, None) is not None
+            secret = self._secret_of.pop(job.id, None)
+        if secret is not None:
+            self._unuse_secret(secret)
+        elif not ours and RUN_LABEL in job.spec.labels:
+            # a job another process created (fiber clean): its run's Secret goes
+            # with the run's last pod
+            self._delete_secret_of_ended_run(job.spec.labels[RUN_LABEL],
+                                             job.handle or self.conn.namespace)
+
+    def _delete_secret_of_ended_run(self, run: str, namespace: str) -> None:
+        name = secret_name(run)
+        if namespace != self.conn.namespace or self._secrets.in_use(name):
+            return
+        try:
+            pods = self.conn.api.list_namespaced_pod(
+                namespace, label_selector=names.selector({RUN_LABEL: run}))
+            if any(pod.metadata is not None and pod.metadata.deletion_timestamp is None
+                   for pod in pods.items):
+                return  # the run still has pods
+            self._secrets.delete(name)
+        except API_ERRORS as exc:
+            raise self._error(exc, f"delete the Secret {name} of run {run}") from exc
 
     # -- the rest ------------------------------------------------------------------
     def logs(self, job: Job) -> str:
@@ -314,6 +373,13 @@ class KubernetesBackend(Backend):
                 self.release(job)
             except BackendError as exc:
                 logger.warning("could not delete pod %s: %s", job.id, exc)
+        if self._conn is not None:
+            try:
+                self._secrets.close()
+            except API_ERRORS as exc:
+                logger.warning("could not delete the run's Secret in namespace %s: %s "
+                               "(`kubectl delete secret -l fiber.run` removes it)",
+                               self._conn.namespace, exc)
         if watcher is not None:
             watcher.stop()
         if self._conn is not None:

@@ -34,6 +34,9 @@ full manifest with a ServiceAccount and RoleBinding):
   - apiGroups: [""]
     resources: [pods/log]
     verbs: [get]
+  - apiGroups: [""]
+    resources: [secrets]  # the run's secret, one Secret per run
+    verbs: [create, get, delete]
 """
 
 

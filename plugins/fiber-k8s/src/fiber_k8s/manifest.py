@@ -30,14 +30,21 @@ def _downward(name: str, field_path: str) -> dict:
 
 def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
                  instance: str, options: Mapping[str, Any],
-                 owner: dict | None = None) -> dict:
-    """The pod (as a plain dict for the API) that runs ``spec``."""
+                 owner: dict | None = None, secret_name: str | None = None) -> dict:
+    """The pod (as a plain dict for the API) that runs ``spec``; ``spec.secrets``
+    become environment variables taken from the Secret ``secret_name`` (the pod spec
+    names the Secret and its keys, never a value)."""
     labels = names.labels({**parse_key_values(options.get("kubernetes_labels") or []),
                            **spec.labels})
     labels.update(MANAGED_BY)
     labels[INSTANCE_LABEL] = instance
-    env = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
-    given = set(spec.env)
+    env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    if spec.secrets:
+        if not secret_name:
+            raise ValueError("a job with secrets needs the Secret that holds them")
+        env.extend({"name": k, "valueFrom": {"secretKeyRef": {"name": secret_name, "key": k}}}
+                   for k in spec.secrets)
+    given = set(spec.env) | set(spec.secrets)
     for name, path in (("POD_NAME", "metadata.name"), ("POD_NAMESPACE", "metadata.namespace"),
                        ("POD_IP", "status.podIP")):
         if name not in given:

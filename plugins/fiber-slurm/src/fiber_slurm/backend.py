@@ -6,6 +6,14 @@ all of a run's jobs (``scontrol show job`` for the ones squeue no longer lists),
 with ``scancel`` and its output read from the file named by ``--output`` in
 ``slurm_log_dir``. The parent may run on a login node: the jobs dial back to the
 address :meth:`SlurmBackend.listen_address` finds.
+
+The run's secret (``spec.secrets``) is neither in the batch script nor in the
+environment sbatch records (``--export=ALL`` exports sbatch's own environment: the
+secrets' names are removed from it): it is written to a secrets file next to the job's
+output in ``slurm_log_dir`` (mode 0600 in a 0700 directory, on the filesystem the
+compute nodes share), whose path the script exports as ``_FIBER_SECRETS_FILE``. The job
+removes the file once read; :meth:`SlurmBackend.release` removes it in any case, and
+so does a failed submission.
 """
 
 from __future__ import annotations
@@ -21,7 +29,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from fiber.backend import Backend, BackendError, Job, JobCreationError, JobSpec, JobState, JobStatus
+from fiber.backend import (
+    SECRETS_FILE_ENV,
+    Backend,
+    BackendError,
+    Job,
+    JobCreationError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    write_secrets_file,
+)
 from fiber_slurm import script
 from fiber_slurm.commands import SlurmCommands
 from fiber_slurm.options import default_log_dir
@@ -33,6 +51,19 @@ logger = logging.getLogger("fiber.slurm")
 _SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
 _SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
 _NONE = ("", "(null)", "n/a", "N/A", "None")
+
+
+def secrets_path(output: str) -> str:
+    """The secrets file of the job whose output file is ``output`` (next to it)."""
+    base = output[:-len(".out")] if output.endswith(".out") else output
+    return base + ".secrets"
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
 
 
 @dataclass
@@ -67,6 +98,7 @@ class SlurmBackend(Backend):
 
     name = "slurm"
     capabilities = frozenset({"logs", "list_jobs"})
+    secrets_delivery = "private"  # a 0600 file next to the job's output (see above)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -86,8 +118,32 @@ class SlurmBackend(Backend):
 
     def create_job(self, spec: JobSpec) -> Job:
         output = self._output_path(spec)
+        secrets = secrets_path(output) if spec.secrets else None
+        try:
+            job_id, stderr = self._submit(spec, output, secrets)
+        except BaseException:
+            if secrets is not None:
+                _unlink(secrets)
+            raise
+        if stderr.strip():
+            logger.info("sbatch (job %s): %s", job_id, stderr.strip())
+        job = Job(id=job_id, backend=self.name, spec=spec, handle=_Handle(output))
+        with self._lock:
+            self._jobs[job.id] = job
+        logger.debug("submitted job %s (%s) to Slurm", job_id, spec.name)
+        return job
+
+    def _submit(self, spec: JobSpec, output: str, secrets: str | None) -> tuple[str, str]:
+        """sbatch the job; its id and sbatch's stderr."""
+        env = None
+        if secrets is not None:
+            write_secrets_file(secrets, spec.secrets)
+            # --export=ALL records sbatch's environment: never a secret in it (this
+            # process may be a job of the run, which holds the secret in its own)
+            env = {k: v for k, v in os.environ.items() if k not in spec.secrets}
+            spec = replace(spec, env={**spec.env, SECRETS_FILE_ENV: secrets}, secrets={})
         batch = script.render(spec, self.options, output)
-        done = self.commands.run("sbatch", ["--parsable"], stdin=batch)
+        done = self.commands.run("sbatch", ["--parsable"], stdin=batch, env=env)
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
             raise JobCreationError(f"sbatch refused job {spec.name}: {message}")
@@ -96,14 +152,7 @@ class SlurmBackend(Backend):
             raise JobCreationError(
                 f"cannot read a job id in sbatch's output for job {spec.name}: "
                 f"{done.stdout.strip()!r} {done.stderr.strip()!r}")
-        job_id = lines[-1].strip()
-        if done.stderr.strip():
-            logger.info("sbatch (job %s): %s", job_id, done.stderr.strip())
-        job = Job(id=job_id, backend=self.name, spec=spec, handle=_Handle(output))
-        with self._lock:
-            self._jobs[job.id] = job
-        logger.debug("submitted job %s (%s) to Slurm", job_id, spec.name)
-        return job
+        return lines[-1].strip(), done.stderr
 
     # -- watching -----------------------------------------------------------------
     def _handle(self, job: Job) -> _Handle:
@@ -277,10 +326,8 @@ class SlurmBackend(Backend):
             logger.debug("not releasing job %s: it has not ended", job.id)
             return
         if handle.output:
-            try:
-                os.unlink(handle.output)
-            except FileNotFoundError:
-                pass
+            _unlink(handle.output)
+            _unlink(secrets_path(handle.output))  # (the job removed it once read)
         with self._lock:
             self._jobs.pop(job.id, None)
 

@@ -61,8 +61,10 @@ class SlurmCommands:
         self._paths[name] = found
         return found
 
-    def run(self, name: str, args: list[str], stdin: str | None = None) -> subprocess.CompletedProcess:
-        """Run ``name args`` and return the finished process (text mode). Raises
+    def run(self, name: str, args: list[str], stdin: str | None = None,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """Run ``name args`` (with ``env`` as its environment if given, else this
+        process's) and return the finished process (text mode). Raises
         ClusterUnreachableError when the command is missing, hangs, or cannot reach
         slurmctld; other failures are left to the caller (``returncode != 0``)."""
         argv = [self.path(name), *args]
@@ -70,7 +72,7 @@ class SlurmCommands:
         try:
             done = subprocess.run(
                 argv, input=stdin, capture_output=True, text=True, timeout=self.timeout,
-                stdin=None if stdin is not None else subprocess.DEVNULL,
+                stdin=None if stdin is not None else subprocess.DEVNULL, env=env,
             )
         except subprocess.TimeoutExpired:
             raise ClusterUnreachableError(

@@ -71,6 +71,9 @@ class SSHBackend(Backend):
     # list ssh jobs
     lists_others_jobs = False
     capabilities = frozenset({"logs"})
+    # the run's secret goes with the environment on the channel's stdin to the
+    # wrapper, which exports it (fiber_ssh.remote): never on a command line or in a file
+    secrets_delivery = "private"
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -143,7 +146,7 @@ class SSHBackend(Backend):
         if not spec.command:
             raise JobCreationError(f"job {spec.name} has an empty command")
         try:
-            remote.env_script(spec.env)
+            remote.env_script({**spec.env, **spec.secrets})
         except ValueError as exc:
             raise JobCreationError(f"cannot start job {spec.name}: {exc}") from None
         self._ensure_hosts()
@@ -203,7 +206,8 @@ class SSHBackend(Backend):
         try:
             chan.set_combine_stderr(True)
             chan.exec_command(remote.command_line(spec.command, cwd, end))
-            chan.sendall(remote.env_script(spec.env, end).encode())
+            # the secrets travel with the environment, on the channel's stdin
+            chan.sendall(remote.env_script({**spec.env, **spec.secrets}, end).encode())
         except (TimeoutError, paramiko.SSHException, OSError) as exc:
             chan.close()
             if not host.conn.alive:

@@ -1,7 +1,7 @@
 """What runs on the host: the small ``/bin/sh`` wrapper that starts a job.
 
 The remote command line is ``exec /bin/sh -c WRAPPER fiber-ssh-job END CWD ARGV...``;
-it holds no secret. The job's environment (which carries the run's secret) is sent on
+it holds no secret. The job's environment and its secrets (``JobSpec.secrets``: the run's secret) are sent on
 the channel's **stdin** as ``export NAME='value'`` lines ended by the random line END;
 the wrapper reads them with ``read`` and ``eval``s them, so the values never appear on
 a command line (``ps``) nor in a file. The wrapper then changes to CWD, checks that the

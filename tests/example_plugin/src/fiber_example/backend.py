@@ -34,6 +34,11 @@ class ExampleBackend(Backend):
     poll_interval = 0.2
     logs_lag = 0.0  # the log file is complete when the job has ended
     capabilities = frozenset({"logs", "list_jobs"})
+    # jobs are this user's processes, whose environment only this user and root can
+    # read, and the spool keeps no copy of it: the core may put the run's secret there
+    # (a real cluster shows a job's environment to others: deliver it privately, as
+    # described for secrets_delivery in fiber.backend)
+    secrets_delivery = "env"
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

@@ -5,7 +5,9 @@ It registers through the same ``fiber_backends`` hook as any third-party backend
 in its own session (so terminate reaches the whole process group); its stdout and
 stderr go to a log file that :meth:`LocalBackend.logs` reads and
 :meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
-on this backend (they are logged at debug level).
+on this backend (they are logged at debug level). The run's secret reaches a job in its
+environment (``secrets_delivery = "env"``: a process's environment is readable only by
+its user and root), never on its command line.
 
 Every job is recorded in a directory private to the user
 (:mod:`fiber.backend.local.records`), so that :meth:`LocalBackend.list_jobs`,
@@ -90,6 +92,11 @@ class LocalBackend(Backend):
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.2
     logs_lag = 0.0  # a job's log file is complete when its process has ended
+    # the run's secret goes into the job's environment: a forked job's reaches it in
+    # the fork request, over the template's private socket pair; a spawned job's is
+    # its initial environment, which /proc/<pid>/environ shows only to its user and
+    # root (as private as a 0600 file), never on its command line
+    secrets_delivery = "env"
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
