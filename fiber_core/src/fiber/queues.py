@@ -18,7 +18,7 @@ from queue import Empty, Full  # raised by get and put, as multiprocessing.queue
 from typing import Any, TypeVar
 
 from fiber.runtime import run
-from fiber.runtime.endpoint import Endpoint
+from fiber.runtime.endpoint import Endpoint, fork_aware
 from fiber.runtime.mailbox import (
     ACCEPTED,
     CLOSED,
@@ -31,7 +31,7 @@ from fiber.runtime.mailbox import (
     encode,
     reader_host,
 )
-from fiber.wire import serialization, transport
+from fiber.wire import auth, serialization, transport
 from fiber.wire.protocol import MailboxOp as Op
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full"]
@@ -54,7 +54,9 @@ class QueueChannel:
 _Q = TypeVar("_Q", bound="Queue")
 
 
-def _rebuild(cls: type[_Q], address: str, cid: int, maxsize: int) -> _Q:
+def _rebuild(cls: type[_Q], address: str, cid: int, maxsize: int,
+             secret: bytes | None = None) -> _Q:
+    auth.adopt(secret)  # a child started by multiprocessing: the run's secret
     obj = cls.__new__(cls)
     obj._attach(address, cid, maxsize)
     return obj
@@ -67,7 +69,8 @@ class Queue:
         if maxsize <= 0:
             maxsize = 0
         hub = run.hub()
-        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))  # its items go with it
+        # its items go with it; served on the stream wire too, for forked children
+        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
         self._finalizer.atexit = False  # children may use it until fiber's exit path
@@ -78,13 +81,18 @@ class Queue:
         self._endpoint = Endpoint(address, cid)
         local = self._endpoint.local
         self._mailbox = local.mailbox if local is not None else None
+        if self._mailbox is not None:
+            fork_aware(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._mailbox = None  # a forked child reaches its parent's mailbox by the wire
 
     def __reduce__(self) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()  # sent elsewhere: keep it for the creator's lifetime
         return (_rebuild, (type(self), self._endpoint.address, self._endpoint.cid,
-                           self._maxsize))
+                           self._maxsize, auth.for_stdlib_child()))
 
     def _check(self) -> None:
         if self._closed:
