@@ -8,16 +8,26 @@ Differences: ``put`` returns once the item is in the owner's mailbox (there is n
 feeder thread, so ``close``/``join_thread`` have nothing to wait for), ``qsize`` works
 everywhere, and the queue lives as long as its creating process (a queue that was sent
 to another process stays alive until the creator exits).
+
+``q._reader`` is what multiprocessing's queues expose as their pipe's reading end, for
+code that waits on it (``concurrent.futures.ProcessPoolExecutor`` passes it to
+``multiprocessing.connection.wait`` and calls its ``recv()``): its ``fileno()`` is
+readable while an item waits (:mod:`fiber.runtime.readiness`). A
+``multiprocessing.queues.Queue`` (the executor's call queue is one, made with a fiber
+context) pickled into a fiber job's arguments travels as a fiber queue fed by a thread
+of this process from the standard queue (:func:`bridge_stdlib_queue`), since its pipe
+cannot reach a job on another host.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections.abc import Callable
 from queue import Empty, Full  # raised by get and put, as multiprocessing.queues has them
 from typing import Any, TypeVar
 
-from fiber.runtime import run
+from fiber.runtime import popen_payload, readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware
 from fiber.runtime.mailbox import (
     ACCEPTED,
@@ -34,7 +44,7 @@ from fiber.runtime.mailbox import (
 from fiber.wire import auth, serialization, transport
 from fiber.wire.protocol import MailboxOp as Op
 
-__all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full"]
+__all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full", "bridge_stdlib_queue"]
 
 
 class QueueChannel:
@@ -161,6 +171,15 @@ class Queue:
     def cancel_join_thread(self) -> None:
         """Accepted for compatibility (nothing to cancel)."""
 
+    @property
+    def _reader(self) -> QueueReader:
+        """The reading side, as multiprocessing's queues have it (``fileno``,
+        ``recv``, ``poll``)."""
+        reader = self.__dict__.get("_reader_obj")
+        if reader is None:
+            reader = self.__dict__.setdefault("_reader_obj", QueueReader(self))
+        return reader
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} at {self._endpoint.address}#{self._endpoint.cid}>"
 
@@ -186,3 +205,86 @@ class SimpleQueue(Queue):
 
     def __init__(self, *, ctx: Any = None) -> None:
         super().__init__(0)
+
+
+class QueueReader:
+    """``queue._reader``: a queue's reading side as a connection-like object whose
+    ``fileno()`` is readable while an item waits (made on the first call)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._watch: readiness.Watch | None = None
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        with self._lock:
+            if self._watch is None:
+                queue = self._queue
+                if queue._mailbox is not None:
+                    self._watch = readiness.LocalWatch(queue._mailbox)
+                else:
+                    endpoint = queue._endpoint
+                    self._watch = readiness.RemoteWatch(endpoint.address, endpoint.cid,
+                                                        b"", endpoint.request)
+                weakref.finalize(self, self._watch.close).atexit = False
+            return self._watch.fileno()
+
+    def recv(self) -> Any:
+        item = self._queue.get()
+        if self._watch is not None:
+            self._watch.refresh()
+        return item
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        if not self._queue.empty():
+            return True
+        if timeout is not None and timeout <= 0:
+            return False
+        from multiprocessing.connection import wait  # stdlib
+
+        return bool(wait([self], timeout))
+
+    def close(self) -> None:
+        with self._lock:
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
+
+
+_bridges: weakref.WeakKeyDictionary[Any, Queue] = weakref.WeakKeyDictionary()
+_bridges_lock = threading.Lock()
+
+
+def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
+    """The reduction of a ``multiprocessing.queues.Queue`` pickled for a fiber job: a
+    fiber queue of the same bound, fed from ``std_queue`` by a thread of this process
+    (the same one for every job that gets it) until ``std_queue`` is closed."""
+    with _bridges_lock:
+        bridge = _bridges.get(std_queue)
+        if bridge is None:
+            maxsize = getattr(std_queue, "_maxsize", 0)
+            bridge = _bridges[std_queue] = Queue(maxsize if maxsize < 2**30 else 0)
+            threading.Thread(target=_feed, args=(std_queue, bridge), daemon=True,
+                             name="fiber-stdlib-queue").start()
+    return bridge.__reduce__()
+
+
+def _feed(std_queue: Any, bridge: Queue) -> None:
+    while True:
+        try:
+            item = std_queue.get()
+        except (EOFError, OSError, TypeError, ValueError):  # closed by its owner
+            return
+        try:
+            bridge.put(item)
+        except Exception:  # noqa: BLE001 - this process is ending
+            return
+
+
+def _register() -> None:
+    from multiprocessing import queues as std_queues  # stdlib
+
+    popen_payload.register(std_queues.Queue, bridge_stdlib_queue)
+
+
+_register()

@@ -1,0 +1,77 @@
+"""How a fiber job's payload (the pickled Process) treats objects of the standard
+library's multiprocessing.
+
+While it pickles the payload, :func:`pickling` makes the job's Popen the
+*spawning popen* of :mod:`multiprocessing.context`, as multiprocessing's own spawn
+does: objects that may only be pickled "through inheritance" (they call
+``context.assert_spawning``) then pickle as they would for a spawned child, and code
+that checks the same thing works in fiber's processes. The Popen is marked
+``fiber_job``, so fiber's own objects do not put the run's secret into the payload
+(a job gets it in its environment; :func:`fiber.wire.auth.for_stdlib_child`).
+
+Some standard objects cannot go to a job as they are (their state is an OS pipe of
+this host): an API module registers a reducer for their class (:func:`register`;
+``fiber.queues`` does for ``multiprocessing.queues.Queue``), used in place of the
+object's own pickling in payloads only. A standard ``Connection`` (a descriptor)
+raises at once, saying to use a fiber Pipe (:meth:`JobPopenMarker.DupFd`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from multiprocessing import context as _mp_context
+from typing import Any
+
+from fiber.errors import SerializationError
+
+__all__ = ["JobPopenMarker", "pickling", "reducer_for", "register"]
+
+_reducers: dict[type, Callable[[Any], Any]] = {}
+
+
+def register(cls: type, reducer: Callable[[Any], Any]) -> None:
+    """Pickle instances of ``cls`` (and of its subclasses) in job payloads with
+    ``reducer(obj)`` (a ``__reduce__``-style tuple)."""
+    _reducers[cls] = reducer
+
+
+def reducer_for(obj: Any) -> Callable[[Any], Any] | None:
+    """The registered reducer of ``obj``'s class, if any."""
+    if not _reducers:
+        return None
+    for cls in type(obj).__mro__:
+        reducer = _reducers.get(cls)
+        if reducer is not None:
+            return reducer
+    return None
+
+
+class JobPopenMarker:
+    """What ``multiprocessing.context.get_spawning_popen()`` returns while a fiber
+    job's payload is pickled."""
+
+    fiber_job = True
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def DupFd(self, fd: int) -> Any:  # noqa: N802 - multiprocessing's name
+        raise SerializationError(
+            f"cannot send a multiprocessing object holding a file descriptor ({fd}) to "
+            f"the fiber process {self.name!r}: a job may run on another host. Use "
+            "fiber's Pipe and Queue (import fiber as multiprocessing)")
+
+    def duplicate_for_child(self, handle: int) -> Any:
+        return self.DupFd(handle)
+
+
+@contextlib.contextmanager
+def pickling(name: str) -> Iterator[None]:
+    """The block in which the payload of the job of process ``name`` is pickled."""
+    previous = _mp_context.get_spawning_popen()
+    _mp_context.set_spawning_popen(JobPopenMarker(name))
+    try:
+        yield
+    finally:
+        _mp_context.set_spawning_popen(previous)
