@@ -251,6 +251,18 @@ class QueueReader:
             watch.close()
 
 
+class _StdlibQueueBridge(Queue):
+    """A ``multiprocessing.queues.Queue`` as a fiber job receives it: items put into
+    the standard queue in the process that sent it; ``put`` raises, since nobody would
+    read it (the standard queue's readers read its pipe)."""
+
+    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
+        raise ValueError(
+            "this multiprocessing.Queue was sent to a fiber process, which can get items "
+            "from it but not put any (its readers read an OS pipe of the process that "
+            "made it): use a fiber Queue (import fiber as multiprocessing)")
+
+
 _bridges: weakref.WeakKeyDictionary[Any, Queue] = weakref.WeakKeyDictionary()
 _bridges_lock = threading.Lock()
 
@@ -263,7 +275,7 @@ def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any
         bridge = _bridges.get(std_queue)
         if bridge is None:
             maxsize = getattr(std_queue, "_maxsize", 0)
-            bridge = _bridges[std_queue] = Queue(maxsize if maxsize < 2**30 else 0)
+            bridge = _bridges[std_queue] = _StdlibQueueBridge(maxsize if maxsize < 2**30 else 0)
             threading.Thread(target=_feed, args=(std_queue, bridge), daemon=True,
                              name="fiber-stdlib-queue").start()
     return bridge.__reduce__()
@@ -276,7 +288,7 @@ def _feed(std_queue: Any, bridge: Queue) -> None:
         except (EOFError, OSError, TypeError, ValueError):  # closed by its owner
             return
         try:
-            bridge.put(item)
+            Queue.put(bridge, item)
         except Exception:  # noqa: BLE001 - this process is ending
             return
 

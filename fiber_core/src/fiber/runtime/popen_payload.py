@@ -13,7 +13,8 @@ Some standard objects cannot go to a job as they are (their state is an OS pipe 
 this host): an API module registers a reducer for their class (:func:`register`;
 ``fiber.queues`` does for ``multiprocessing.queues.Queue``), used in place of the
 object's own pickling in payloads only. A standard ``Connection`` (a descriptor)
-raises at once, saying to use a fiber Pipe (:meth:`JobPopenMarker.DupFd`).
+raises at once, saying to use a fiber Pipe (:meth:`JobPopenMarker.DupFd`), and so does a
+standard lock or semaphore (its named semaphore exists on this host only).
 """
 
 from __future__ import annotations
@@ -45,6 +46,22 @@ def reducer_for(obj: Any) -> Callable[[Any], Any] | None:
         if reducer is not None:
             return reducer
     return None
+
+
+def _refuse_semlock(obj: Any) -> Any:
+    raise SerializationError(
+        f"cannot send a multiprocessing {type(obj).__name__} to a fiber process (a job "
+        "may run on another host, where its semaphore does not exist): use fiber's "
+        "(import fiber as multiprocessing; fiber.Lock() ...)")
+
+
+def _register_refusals() -> None:
+    from multiprocessing import synchronize  # stdlib
+
+    register(synchronize.SemLock, _refuse_semlock)
+
+
+_register_refusals()
 
 
 class JobPopenMarker:
