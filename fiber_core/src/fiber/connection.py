@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from fiber.errors import BufferTooShort
 from fiber.runtime import readiness, run
-from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked
+from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked, keep_in_child
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
 from fiber.runtime.pipes import PipeChannel, record_transit
 from fiber.wire import auth, serialization
@@ -99,9 +99,9 @@ class Connection:
                 channel.local_handles[side] += 1
             self._finalizer = weakref.finalize(self, channel.release_local, side)
             self._finalizer.atexit = False  # children may use it until fiber's exit path
-            fork_aware(self)
         else:
             self._finalizer = None
+        fork_aware(self)
 
     def _before_fork(self) -> None:
         # the child about to be forked holds a copy of this end (as multiprocessing's
@@ -118,6 +118,8 @@ class Connection:
             if finalizer is not None:
                 finalizer.detach()
         self._finalizer = self._watch_finalizer = None
+        if self._watch is not None:
+            keep_in_child(self._watch)  # its watcher belongs to the parent
         self._watch = None
         self._channel = None
 

@@ -28,7 +28,7 @@ from queue import Empty, Full  # raised by get and put, as multiprocessing.queue
 from typing import Any, TypeVar
 
 from fiber.runtime import popen_payload, readiness, run
-from fiber.runtime.endpoint import Endpoint, fork_aware
+from fiber.runtime.endpoint import Endpoint, fork_aware, keep_in_child
 from fiber.runtime.mailbox import (
     ACCEPTED,
     CLOSED,
@@ -91,11 +91,13 @@ class Queue:
         self._endpoint = Endpoint(address, cid)
         local = self._endpoint.local
         self._mailbox = local.mailbox if local is not None else None
-        if self._mailbox is not None:
-            fork_aware(self)
+        fork_aware(self)
 
     def _after_fork_in_child(self) -> None:
         self._mailbox = None  # a forked child reaches its parent's mailbox by the wire
+        reader = self.__dict__.pop("_reader_obj", None)
+        if reader is not None:
+            keep_in_child(reader)  # its watcher belongs to the parent
 
     def __reduce__(self) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
         finalizer = getattr(self, "_finalizer", None)

@@ -36,6 +36,14 @@ _fork_aware: weakref.WeakSet[Any] = weakref.WeakSet()
 _fork_releases: list[Callable[[], None]] = []  # taken by _before_fork for the next child
 _fork_pipe: tuple[int, int] | None = None
 _held_in_child: list[int] = []  # in a forked child: write ends kept open for its life
+# in a forked child: the parent's request lines and watchers, never collected (closing
+# an nng object after a fork aborts the process)
+_kept_in_child: list[Any] = []
+
+
+def keep_in_child(obj: Any) -> None:
+    """Keep ``obj`` (state of the parent a forked child drops) alive forever."""
+    _kept_in_child.append(obj)
 
 
 def fork_aware(obj: Any) -> None:
@@ -114,6 +122,7 @@ class Endpoint:
 
     def _after_fork_in_child(self) -> None:
         self._local = None  # the owner is the parent now
+        keep_in_child(self._tls)
         self._tls = threading.local()  # the parent's request lines are not ours
         self._shm_owner = False
 

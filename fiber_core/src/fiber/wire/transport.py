@@ -80,6 +80,7 @@ def _after_fork_in_child() -> None:
     if not (_nng_used or _hubs or _clients):
         return
     _forked = True
+    util.forget_exit_callbacks()  # the parent's exit path is not the child's
     for hub in _hubs.values():
         if hub.stream_started:
             _stream_of[hub.address] = hub.stream_address
