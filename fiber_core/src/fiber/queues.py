@@ -21,6 +21,8 @@ cannot reach a job on another host.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import weakref
 from collections.abc import Callable
@@ -43,6 +45,8 @@ from fiber.runtime.mailbox import (
 )
 from fiber.wire import auth, serialization, transport
 from fiber.wire.protocol import MailboxOp as Op
+
+logger = logging.getLogger("fiber")
 
 __all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full", "bridge_stdlib_queue"]
 
@@ -284,15 +288,32 @@ def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any
 
 
 def _feed(std_queue: Any, bridge: Queue) -> None:
-    while True:
-        try:
-            item = std_queue.get()
-        except (EOFError, OSError, TypeError, ValueError):  # closed by its owner
-            return
-        try:
-            Queue.put(bridge, item)
-        except Exception:  # noqa: BLE001 - this process is ending
-            return
+    """Move the items of ``std_queue`` into ``bridge`` until every writer of its pipe
+    is closed. Reads a descriptor of its own: the standard queue closes its reading
+    end once its feeder thread has flushed the items put before ``close()``, which
+    would otherwise lose those still in the pipe."""
+    from multiprocessing.connection import Connection as PipeEnd  # stdlib
+    from multiprocessing.reduction import ForkingPickler  # stdlib
+
+    try:
+        reader = PipeEnd(os.dup(std_queue._reader.fileno()), writable=False)
+    except (OSError, TypeError, ValueError):  # closed already: nothing will come
+        return
+    with reader:
+        while True:
+            try:
+                data = reader.recv_bytes()
+            except (EOFError, OSError):  # every writer is closed
+                return
+            try:
+                std_queue._sem.release()  # as the standard queue's get does
+            except ValueError:
+                pass
+            try:
+                Queue.put(bridge, ForkingPickler.loads(data))
+            except Exception:  # noqa: BLE001 - this process is ending
+                logger.debug("the bridge of a multiprocessing queue stops", exc_info=True)
+                return
 
 
 def _register() -> None:
