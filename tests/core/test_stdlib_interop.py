@@ -22,6 +22,7 @@ import time
 import pytest
 
 import fiber
+from fiber import context as fiber_context
 from fiber.errors import ForkedProcessError
 from fiber.wire import auth
 
@@ -319,3 +320,70 @@ def test_os_fork_child_exiting_normally_uses_and_leaves_the_parents_objects(run_
     assert result.returncode == 0, result.stderr
     assert result.stdout.split("\n")[:4] == ["status 0", "forked sent", "EOF", "job 0"]
     assert "Traceback" not in result.stderr and "panic" not in result.stderr
+
+
+class _OnlyThroughInheritance:
+    """An object that, like multiprocessing's locks, may only go to a starting child."""
+
+    def __reduce__(self):
+        fiber_context.assert_spawning(self)
+        return (_OnlyThroughInheritance, ())
+
+
+def _takes_inherited(obj, report):
+    report.put(type(obj).__name__)
+
+
+def test_assert_spawning_passes_in_a_starting_process_only():
+    import multiprocessing.context as mp_context
+
+    assert fiber_context.assert_spawning is mp_context.assert_spawning
+    obj = _OnlyThroughInheritance()
+    with pytest.raises(RuntimeError, match="through inheritance"):
+        fiber_context.assert_spawning(obj)
+    report = fiber.Queue()
+    proc = fiber.Process(target=_takes_inherited, args=(obj, report))   # a job's payload
+    proc.start()
+    assert report.get(timeout=60) == "_OnlyThroughInheritance"
+    proc.join(60)
+    assert proc.exitcode == 0
+    with pytest.raises(TypeError, match="through inheritance"):            # not in a queue
+        report.put(obj)
+    assert mp_context.get_spawning_popen() is None                       # left as it was
+
+
+def _locks_child(lock):
+    pass
+
+
+def test_multiprocessing_objects_in_a_job_payload_fail_at_start_with_a_clear_error():
+    """Standard locks and pipes hold resources of this host: refused at start, with a
+    message naming fiber's counterpart; a standard Queue can be read by a job but not
+    written (its put raises in the job)."""
+    with pytest.raises(TypeError, match="fiber"):
+        fiber.Process(target=_locks_child, args=(multiprocessing.Lock(),)).start()
+    reader, writer = multiprocessing.Pipe()
+    with pytest.raises(TypeError, match="Pipe"):
+        fiber.Process(target=_locks_child, args=(writer,)).start()
+    assert fiber.active_children() == []
+
+
+def _std_queue_child(std_queue, report):
+    report.put(std_queue.get(timeout=30))
+    try:
+        std_queue.put("lost?")
+    except ValueError as exc:
+        report.put(str(exc))
+
+
+def test_multiprocessing_queue_read_by_a_job_and_put_refused():
+    std_queue, report = multiprocessing.Queue(), fiber.Queue()
+    std_queue.put("from the standard queue")
+    proc = fiber.Process(target=_std_queue_child, args=(std_queue, report))
+    proc.start()
+    assert report.get(timeout=60) == "from the standard queue"
+    assert "can get items from it but not put" in report.get(timeout=60)
+    proc.join(60)
+    assert proc.exitcode == 0
+    std_queue.close()
+    std_queue.join_thread()

@@ -55,10 +55,15 @@ def _refuse_semlock(obj: Any) -> Any:
         "(import fiber as multiprocessing; fiber.Lock() ...)")
 
 
+def _refuse_connection(obj: Any) -> Any:
+    return JobPopenMarker("").DupFd(obj.fileno() if not obj.closed else -1)
+
+
 def _register_refusals() -> None:
-    from multiprocessing import synchronize  # stdlib
+    from multiprocessing import connection, synchronize  # stdlib
 
     register(synchronize.SemLock, _refuse_semlock)
+    register(connection._ConnectionBase, _refuse_connection)
 
 
 _register_refusals()
@@ -74,10 +79,11 @@ class JobPopenMarker:
         self.name = name
 
     def DupFd(self, fd: int) -> Any:  # noqa: N802 - multiprocessing's name
+        to = f"the fiber process {self.name!r}" if self.name else "a fiber process"
         raise SerializationError(
             f"cannot send a multiprocessing object holding a file descriptor ({fd}) to "
-            f"the fiber process {self.name!r}: a job may run on another host. Use "
-            "fiber's Pipe and Queue (import fiber as multiprocessing)")
+            f"{to}: a job may run on another host. Use fiber's Pipe and Queue "
+            "(import fiber as multiprocessing)")
 
     def duplicate_for_child(self, handle: int) -> Any:
         return self.DupFd(handle)
