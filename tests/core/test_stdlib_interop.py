@@ -253,7 +253,6 @@ def test_secret_travels_only_in_a_stdlib_spawn_pickle():
     assert secret not in pickle.dumps(q)
     assert secret not in pickle.dumps(b)
 
-    from fiber.runtime.popen import JobPopen  # noqa: F401 - the payload path
     from fiber.runtime import popen_payload
     from fiber.wire import serialization
 

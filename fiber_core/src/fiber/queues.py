@@ -248,7 +248,7 @@ class QueueReader:
             return False
         from multiprocessing.connection import wait  # stdlib
 
-        return bool(wait([self], timeout))
+        return bool(wait([self], timeout))  # type: ignore[list-item]  # has fileno()
 
     def close(self) -> None:
         with self._lock:

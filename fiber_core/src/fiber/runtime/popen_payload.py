@@ -93,7 +93,8 @@ class JobPopenMarker:
 def pickling(name: str) -> Iterator[None]:
     """The block in which the payload of the job of process ``name`` is pickled."""
     previous = _mp_context.get_spawning_popen()
-    _mp_context.set_spawning_popen(JobPopenMarker(name))
+    marker: Any = JobPopenMarker(name)  # duck-typed: what pickling asks of a Popen
+    _mp_context.set_spawning_popen(marker)
     try:
         yield
     finally:
