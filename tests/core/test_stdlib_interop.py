@@ -386,3 +386,31 @@ def test_multiprocessing_queue_read_by_a_job_and_put_refused():
     assert proc.exitcode == 0
     std_queue.close()
     std_queue.join_thread()
+
+
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_shared_objects_through_their_creator_in_a_stdlib_child(run_script, method):
+    """With the ``shared_memory`` setting off in the child, primitives and shared ctypes
+    objects are proxies of the creator's: the child needs the run's secret for them,
+    which the pickle of a standard-library spawn brings."""
+    result = run_script(
+        f"""
+        import multiprocessing
+        import fiber
+        from fiber import synchronize
+
+        def child(lock, value, array, q):
+            q.put(synchronize._shared_path(lock))
+            with lock:
+                value.value += 1
+            array[1] = 7
+
+        if __name__ == "__main__":
+            lock, value, array, q = fiber.Lock(), fiber.Value("i", 1), fiber.Array("i", 3), fiber.Queue()
+            ctx = multiprocessing.get_context({method!r})
+            p = ctx.Process(target=child, args=(lock, value, array, q))
+            p.start(); p.join(60)
+            print(p.exitcode, q.get(timeout=10), value.value, array[:])
+        """, env={"FIBER_SHARED_MEMORY": "false"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "0 creator 2 [0, 7, 0]", result.stderr
