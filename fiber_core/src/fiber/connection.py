@@ -14,6 +14,11 @@ process closes it or exits. A copy sent to a fiber Process that ends before it
 receives it is released when that process ends; a copy pickled for anything else
 keeps the end open until it arrives somewhere. So the usual multiprocessing idiom (start a child with
 ``child_conn``, close ``child_conn`` in the parent, read until ``EOFError``) works.
+A child started by the standard library holds an end as well: a spawned or forkserver
+child once it unpickled it (its pickle brings the run's secret), a forked child from the
+fork until it closes its copy or every process forked with it has exited
+(:mod:`fiber.runtime.endpoint`); a forked child reaches the parent's mailboxes over the
+hub's stream listener, since nng cannot be used after a fork.
 
 ``Connection.fileno()`` returns a descriptor that is readable while a message can be
 received or the end is at EOF, wherever the mailbox lives (made on the first call, a

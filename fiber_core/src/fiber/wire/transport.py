@@ -148,6 +148,8 @@ def get_client(address: str) -> Client | StreamClient:
 
 def register_client(client: Client | StreamClient) -> None:
     """Make ``client`` the shared connection to its address."""
+    global _nng_used
+    _nng_used = _nng_used or isinstance(client, Client)
     with _registry_lock:
         _clients[client.address] = client
 
