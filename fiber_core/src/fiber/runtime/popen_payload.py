@@ -29,23 +29,31 @@ from fiber.errors import SerializationError
 __all__ = ["JobPopenMarker", "pickling", "reducer_for", "register"]
 
 _reducers: dict[type, Callable[[Any], Any]] = {}
+_by_class: dict[type, Callable[[Any], Any] | None] = {}  # what reducer_for found
 
 
 def register(cls: type, reducer: Callable[[Any], Any]) -> None:
     """Pickle instances of ``cls`` (and of its subclasses) in job payloads with
     ``reducer(obj)`` (a ``__reduce__``-style tuple)."""
     _reducers[cls] = reducer
+    _by_class.clear()
 
 
 def reducer_for(obj: Any) -> Callable[[Any], Any] | None:
-    """The registered reducer of ``obj``'s class, if any."""
-    if not _reducers:
-        return None
-    for cls in type(obj).__mro__:
-        reducer = _reducers.get(cls)
-        if reducer is not None:
-            return reducer
-    return None
+    """The registered reducer of ``obj``'s class, if any (one dictionary lookup per
+    object once its class was seen)."""
+    kind = type(obj)
+    try:
+        return _by_class[kind]
+    except KeyError:
+        pass
+    found = None
+    for cls in kind.__mro__:
+        found = _reducers.get(cls)
+        if found is not None:
+            break
+    _by_class[kind] = found
+    return found
 
 
 def _refuse_semlock(obj: Any) -> Any:
