@@ -110,6 +110,31 @@ def test_manager_without_main_guard_fails_clearly(run_script):
     assert "if __name__ == '__main__':" in result.stderr
 
 
+EXECUTOR_WITHOUT_GUARD = """
+    import concurrent.futures as cf
+    import fiber
+
+    def square(x):
+        return x * x
+
+    with cf.ProcessPoolExecutor(2, mp_context=fiber.get_context()) as executor:
+        print("result", list(executor.map(square, range(10))))
+"""
+
+
+def test_process_pool_executor_without_main_guard_fails_clearly(run_script):
+    """concurrent.futures on a fiber context: its workers fail alike, their traceback
+    is printed once, and the executor is broken (BrokenProcessPool), as with
+    multiprocessing's spawn (which prints it once per worker)."""
+    result = _run(run_script, EXECUTOR_WITHOUT_GUARD, "forkserver")
+    assert result.returncode != 0
+    assert "result" not in result.stdout
+    assert "BrokenProcessPool" in result.stderr
+    assert "if __name__ == '__main__':" in result.stderr
+    assert result.stderr.count("in check_not_importing_main") == 1, result.stderr
+    assert result.stderr.count("Every fiber job imports the main module") == 1
+
+
 @pytest.mark.parametrize("method", START_METHODS)
 def test_child_failing_after_connecting_back_exits(run_script, method):
     """Regression: the job connected to its parent, then importing the main module

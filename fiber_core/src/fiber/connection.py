@@ -14,6 +14,11 @@ process closes it or exits. A copy sent to a fiber Process that ends before it
 receives it is released when that process ends; a copy pickled for anything else
 keeps the end open until it arrives somewhere. So the usual multiprocessing idiom (start a child with
 ``child_conn``, close ``child_conn`` in the parent, read until ``EOFError``) works.
+A child started by the standard library holds an end as well: a spawned or forkserver
+child once it unpickled it (its pickle brings the run's secret), a forked child from the
+fork until it closes its copy or every process forked with it has exited
+(:mod:`fiber.runtime.endpoint`); a forked child reaches the parent's mailboxes over the
+hub's stream listener, since nng cannot be used after a fork.
 
 ``Connection.fileno()`` returns a descriptor that is readable while a message can be
 received or the end is at EOF, wherever the mailbox lives (made on the first call, a
@@ -46,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 from fiber.errors import BufferTooShort
 from fiber.runtime import readiness, run
-from fiber.runtime.endpoint import Endpoint
+from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked, keep_in_child
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
 from fiber.runtime.pipes import PipeChannel, record_transit
 from fiber.wire import auth, serialization
@@ -68,7 +73,8 @@ _watch_lock = threading.Lock()  # makes each end's readiness descriptor once
 
 
 def _rebuild(address: str, cid: int, side: int, readable: bool, writable: bool,
-             token: int = 0) -> Connection:
+             token: int = 0, secret: bytes | None = None) -> Connection:
+    auth.adopt(secret)  # a child started by multiprocessing: the run's secret
     conn = Connection(Endpoint(address, cid), side, readable, writable)
     if conn._channel is not None:  # back home: a local handle again
         conn._channel.drop_token(token)
@@ -89,6 +95,7 @@ class Connection:
         self._closed = False
         self._watch: readiness.Watch | None = None  # fileno()'s descriptor, once asked
         self._watch_finalizer: weakref.finalize[[], Any] | None = None
+        self._fork_token = 0  # in a forked child: the token of the copy it inherited
         channel = endpoint.local
         self._channel: PipeChannel | None = channel
         self._finalizer: weakref.finalize[[int], Connection] | None
@@ -99,6 +106,27 @@ class Connection:
             self._finalizer.atexit = False  # children may use it until fiber's exit path
         else:
             self._finalizer = None
+        fork_aware(self)
+
+    def _before_fork(self) -> None:
+        # the child about to be forked holds a copy of this end (as multiprocessing's
+        # child inherits the descriptor): one more handle, until it registers the copy
+        # or every process forked with it has exited
+        channel = self._channel
+        if channel is not None and not self._closed:
+            token = self._fork_token = channel.new_token(self._side)
+            hold_while_forked(lambda: channel.drop_token(token))
+
+    def _after_fork_in_child(self) -> None:
+        # the parent's handle stays the parent's: this copy reaches it through the wire
+        for finalizer in (self._finalizer, self._watch_finalizer):
+            if finalizer is not None:
+                finalizer.detach()
+        self._finalizer = self._watch_finalizer = None
+        if self._watch is not None:
+            keep_in_child(self._watch)  # its watcher belongs to the parent
+        self._watch = None
+        self._channel = None
 
     def __reduce__(self) -> tuple[Callable[..., Connection], tuple[Any, ...]]:
         if self._closed:
@@ -108,7 +136,7 @@ class Connection:
             token = self._channel.new_token(self._side)
             record_transit(self._channel, token)
         return (_rebuild, (self._endpoint.address, self._endpoint.cid, self._side,
-                           self._readable, self._writable, token))
+                           self._readable, self._writable, token, auth.for_stdlib_child()))
 
     # -- state ----------------------------------------------------------------------
     @property
@@ -183,6 +211,10 @@ class Connection:
 
     # -- I/O ------------------------------------------------------------------------
     def _request(self, payload: bytes, wait: float | None = None) -> bytes:
+        if self._fork_token:  # a forked child's copy: now a handle held by this process
+            token, self._fork_token = self._fork_token, 0
+            self._endpoint.request(_SIDE.pack(self._side)
+                                   + encode(PipeOp.RECEIVED, 0, _TOKEN.pack(token)))
         return self._endpoint.request(_SIDE.pack(self._side) + payload, wait)
 
     def send_bytes(self, buf: ReadableBuffer, offset: int = 0, size: int | None = None) -> None:
@@ -287,7 +319,7 @@ def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
     """Two connected ends ``(conn1, conn2)``; with ``duplex=False`` conn1 only
     receives and conn2 only sends, as :func:`multiprocessing.Pipe`."""
     hub = run.hub()
-    cid = hub.add_channel(PipeChannel(hub))
+    cid = hub.add_channel(PipeChannel(hub), stream=True)  # stream: for forked children
     first = Connection(Endpoint(hub.address, cid), 0, True, duplex)
     second = Connection(Endpoint(hub.address, cid), 1, duplex, True)
     return first, second

@@ -13,12 +13,20 @@ starts as multiprocessing's *spawn* does (the job imports the parent's main modu
 the method; the local backend's own way of starting jobs is its ``local_start_method``
 setting. The method is recorded (``Process._start_method``), so code that asks gets the
 name it chose. A context's other attributes are the ``fiber`` module's API.
+
+``assert_spawning``, ``get_spawning_popen`` and ``set_spawning_popen`` are
+multiprocessing's own: while a fiber job's payload (the pickled Process and its
+arguments) is made, the job's Popen is the spawning popen
+(:mod:`fiber.runtime.popen_payload`), so ``assert_spawning(obj)`` passes there, as in a
+spawned child's pickle, and raises RuntimeError anywhere else (an object sent through a
+Queue, a Pipe or a Pool task: fiber then raises ``SerializationError`` for it).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from multiprocessing.context import assert_spawning, get_spawning_popen, set_spawning_popen
 from typing import Any
 
 from fiber.errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
@@ -34,7 +42,7 @@ __all__ = [
     "START_METHODS", "DEFAULT_START_METHOD", "cpu_count", "get_context",
     "set_start_method", "get_start_method", "get_all_start_methods", "freeze_support",
     "set_executable", "set_forkserver_preload", "allow_connection_pickling",
-    "get_config_value",
+    "get_config_value", "assert_spawning", "get_spawning_popen", "set_spawning_popen",
 ]  # and, made on first use (see __getattr__): Process, SpawnProcess, ForkProcess,
 #    ForkServerProcess
 

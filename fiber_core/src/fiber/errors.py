@@ -13,7 +13,8 @@ from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, T
 
 __all__ = [
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
-    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "JobCreationError",
+    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "ForkedProcessError",
+    "JobCreationError",
     "ProcessError", "ProcessStartError", "RemoteError", "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
 ]
@@ -39,6 +40,13 @@ class WorkerLostError(ProcessError):
 
 
 # -- the wire -----------------------------------------------------------------------------
+class ForkedProcessError(ProcessError, RuntimeError):
+    """A process forked from a fiber process (``os.fork``, multiprocessing's ``fork``
+    start method) asked for what fiber's wire cannot give after a fork (a hub of its
+    own, a connection to a process other than its parent): the message says to start
+    it with spawn or forkserver."""
+
+
 class ConnectionLostError(ConnectionError):
     """The process at the other end of a fiber connection went away (it exited, its
     job was deleted, or its host became unreachable)."""

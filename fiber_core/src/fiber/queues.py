@@ -8,17 +8,29 @@ Differences: ``put`` returns once the item is in the owner's mailbox (there is n
 feeder thread, so ``close``/``join_thread`` have nothing to wait for), ``qsize`` works
 everywhere, and the queue lives as long as its creating process (a queue that was sent
 to another process stays alive until the creator exits).
+
+``q._reader`` is what multiprocessing's queues expose as their pipe's reading end, for
+code that waits on it (``concurrent.futures.ProcessPoolExecutor`` passes it to
+``multiprocessing.connection.wait`` and calls its ``recv()``): its ``fileno()`` is
+readable while an item waits (:mod:`fiber.runtime.readiness`). A
+``multiprocessing.queues.Queue`` (the executor's call queue is one, made with a fiber
+context) pickled into a fiber job's arguments travels as a fiber queue fed by a thread
+of this process from the standard queue (:func:`bridge_stdlib_queue`), since its pipe
+cannot reach a job on another host.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 import weakref
 from collections.abc import Callable
 from queue import Empty, Full  # raised by get and put, as multiprocessing.queues has them
 from typing import Any, TypeVar
 
-from fiber.runtime import run
-from fiber.runtime.endpoint import Endpoint
+from fiber.runtime import popen_payload, readiness, run
+from fiber.runtime.endpoint import Endpoint, fork_aware, keep_in_child
 from fiber.runtime.mailbox import (
     ACCEPTED,
     CLOSED,
@@ -31,10 +43,12 @@ from fiber.runtime.mailbox import (
     encode,
     reader_host,
 )
-from fiber.wire import serialization, transport
+from fiber.wire import auth, serialization, transport
 from fiber.wire.protocol import MailboxOp as Op
 
-__all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full"]
+logger = logging.getLogger("fiber")
+
+__all__ = ["Queue", "JoinableQueue", "SimpleQueue", "Empty", "Full", "bridge_stdlib_queue"]
 
 
 class QueueChannel:
@@ -54,7 +68,9 @@ class QueueChannel:
 _Q = TypeVar("_Q", bound="Queue")
 
 
-def _rebuild(cls: type[_Q], address: str, cid: int, maxsize: int) -> _Q:
+def _rebuild(cls: type[_Q], address: str, cid: int, maxsize: int,
+             secret: bytes | None = None) -> _Q:
+    auth.adopt(secret)  # a child started by multiprocessing: the run's secret
     obj = cls.__new__(cls)
     obj._attach(address, cid, maxsize)
     return obj
@@ -67,7 +83,8 @@ class Queue:
         if maxsize <= 0:
             maxsize = 0
         hub = run.hub()
-        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)))  # its items go with it
+        # its items go with it; served on the stream wire too, for forked children
+        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
         self._finalizer.atexit = False  # children may use it until fiber's exit path
@@ -78,13 +95,20 @@ class Queue:
         self._endpoint = Endpoint(address, cid)
         local = self._endpoint.local
         self._mailbox = local.mailbox if local is not None else None
+        fork_aware(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._mailbox = None  # a forked child reaches its parent's mailbox by the wire
+        reader = self.__dict__.pop("_reader_obj", None)
+        if reader is not None:
+            keep_in_child(reader)  # its watcher belongs to the parent
 
     def __reduce__(self) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer.detach()  # sent elsewhere: keep it for the creator's lifetime
         return (_rebuild, (type(self), self._endpoint.address, self._endpoint.cid,
-                           self._maxsize))
+                           self._maxsize, auth.for_stdlib_child()))
 
     def _check(self) -> None:
         if self._closed:
@@ -153,6 +177,15 @@ class Queue:
     def cancel_join_thread(self) -> None:
         """Accepted for compatibility (nothing to cancel)."""
 
+    @property
+    def _reader(self) -> QueueReader:
+        """The reading side, as multiprocessing's queues have it (``fileno``,
+        ``recv``, ``poll``)."""
+        reader = self.__dict__.get("_reader_obj")
+        if reader is None:
+            reader = self.__dict__.setdefault("_reader_obj", QueueReader(self))
+        return reader
+
     def __repr__(self) -> str:
         return f"<{type(self).__name__} at {self._endpoint.address}#{self._endpoint.cid}>"
 
@@ -178,3 +211,115 @@ class SimpleQueue(Queue):
 
     def __init__(self, *, ctx: Any = None) -> None:
         super().__init__(0)
+
+
+class QueueReader:
+    """``queue._reader``: a queue's reading side as a connection-like object whose
+    ``fileno()`` is readable while an item waits (made on the first call)."""
+
+    def __init__(self, queue: Queue) -> None:
+        self._queue = queue
+        self._watch: readiness.Watch | None = None
+        self._lock = threading.Lock()
+
+    def fileno(self) -> int:
+        with self._lock:
+            if self._watch is None:
+                queue = self._queue
+                if queue._mailbox is not None:
+                    self._watch = readiness.LocalWatch(queue._mailbox)
+                else:
+                    endpoint = queue._endpoint
+                    self._watch = readiness.RemoteWatch(endpoint.address, endpoint.cid,
+                                                        b"", endpoint.request)
+                weakref.finalize(self, self._watch.close).atexit = False
+            return self._watch.fileno()
+
+    def recv(self) -> Any:
+        item = self._queue.get()
+        if self._watch is not None:
+            self._watch.refresh()
+        return item
+
+    def poll(self, timeout: float | None = 0.0) -> bool:
+        if not self._queue.empty():
+            return True
+        if timeout is not None and timeout <= 0:
+            return False
+        from multiprocessing.connection import wait  # stdlib
+
+        return bool(wait([self], timeout))  # type: ignore[list-item]  # has fileno()
+
+    def close(self) -> None:
+        with self._lock:
+            watch, self._watch = self._watch, None
+        if watch is not None:
+            watch.close()
+
+
+class _StdlibQueueBridge(Queue):
+    """A ``multiprocessing.queues.Queue`` as a fiber job receives it: items put into
+    the standard queue in the process that sent it; ``put`` raises, since nobody would
+    read it (the standard queue's readers read its pipe)."""
+
+    def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
+        raise ValueError(
+            "this multiprocessing.Queue was sent to a fiber process, which can get items "
+            "from it but not put any (its readers read an OS pipe of the process that "
+            "made it): use a fiber Queue (import fiber as multiprocessing)")
+
+
+_bridges: weakref.WeakKeyDictionary[Any, Queue] = weakref.WeakKeyDictionary()
+_bridges_lock = threading.Lock()
+
+
+def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
+    """The reduction of a ``multiprocessing.queues.Queue`` pickled for a fiber job: a
+    fiber queue of the same bound, fed from ``std_queue`` by a thread of this process
+    (the same one for every job that gets it) until ``std_queue`` is closed."""
+    with _bridges_lock:
+        bridge = _bridges.get(std_queue)
+        if bridge is None:
+            maxsize = getattr(std_queue, "_maxsize", 0)
+            bridge = _bridges[std_queue] = _StdlibQueueBridge(maxsize if maxsize < 2**30 else 0)
+            threading.Thread(target=_feed, args=(std_queue, bridge), daemon=True,
+                             name="fiber-stdlib-queue").start()
+    return bridge.__reduce__()
+
+
+def _feed(std_queue: Any, bridge: Queue) -> None:
+    """Move the items of ``std_queue`` into ``bridge`` until every writer of its pipe
+    is closed. Reads a descriptor of its own: the standard queue closes its reading
+    end once its feeder thread has flushed the items put before ``close()``, which
+    would otherwise lose those still in the pipe."""
+    from multiprocessing.connection import Connection as PipeEnd  # stdlib
+    from multiprocessing.reduction import ForkingPickler  # stdlib
+
+    try:
+        reader = PipeEnd(os.dup(std_queue._reader.fileno()), writable=False)
+    except (OSError, TypeError, ValueError):  # closed already: nothing will come
+        return
+    with reader:
+        while True:
+            try:
+                data = reader.recv_bytes()
+            except (EOFError, OSError):  # every writer is closed
+                return
+            try:
+                std_queue._sem.release()  # as the standard queue's get does
+            except ValueError:
+                pass
+            try:
+                Queue.put(bridge, ForkingPickler.loads(data))
+            except Exception:  # noqa: BLE001 - this process is ending
+                logger.debug("the bridge of a multiprocessing queue stops", exc_info=True)
+                return
+
+
+def _register() -> None:
+    from multiprocessing import queues as std_queues  # stdlib
+
+    popen_payload.register(std_queues.Queue, bridge_stdlib_queue)
+
+
+_register()

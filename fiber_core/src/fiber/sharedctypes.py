@@ -55,7 +55,7 @@ from fiber.runtime.managers.proxies import BaseProxy
 from fiber.runtime.managers.sync import LOCK_TYPEID
 from fiber.runtime.shared import served
 from fiber.runtime.shared.buffers import SharedBuffer
-from fiber.wire import shm
+from fiber.wire import auth, shm
 
 __all__ = ["RawValue", "RawArray", "Value", "Array", "copy", "synchronized"]
 
@@ -299,7 +299,8 @@ class SynchronizedBase:
             adapter = _Served(self._obj, self)
             token = self._fiber_token = served.token_for(adapter, SYNCHRONIZED_TYPEID)
         return _rebuild_synchronized, (ref.desc, ref.buffer.name, ref.host, token,
-                                       _layout(type(self._obj)), self._lock)
+                                       _layout(type(self._obj)), self._lock,
+                                       auth.for_stdlib_child())
 
 
 class Synchronized(SynchronizedBase):
@@ -377,7 +378,7 @@ def _reduce_ctype(obj: Any) -> Any:
                 ref.served = _Served(obj, None)
         ref.token = served.token_for(ref.served, RAW_TYPEID)
     return _rebuild_raw, (ref.desc, ref.buffer.name, ref.host, ref.token,
-                          _layout(type(obj)))
+                          _layout(type(obj)), auth.for_stdlib_child())
 
 
 def _local(host: bytes | None) -> bool:
@@ -394,8 +395,10 @@ def _attach(desc: Any, name: str, host: bytes | None, token: Any) -> Any:
 
 
 def _rebuild_raw(desc: Any, name: str, host: bytes | None, token: Any,
-                 layout: tuple) -> Any:
-    """Unpickle a raw object: mapped on the creator's host, else a proxy."""
+                 layout: tuple, secret: bytes | None = None) -> Any:
+    """Unpickle a raw object: mapped on the creator's host, else a proxy. ``secret``:
+    the run's, for a child started by multiprocessing."""
+    auth.adopt(secret)
     if _local(host):
         return _attach(desc, name, host, token)
     proxy = served.proxy_of(token)
@@ -405,9 +408,11 @@ def _rebuild_raw(desc: Any, name: str, host: bytes | None, token: Any,
 
 
 def _rebuild_synchronized(desc: Any, name: str, host: bytes | None, token: Any,
-                          layout: tuple, lock: Any) -> Any:
+                          layout: tuple, lock: Any, secret: bytes | None = None) -> Any:
     """Unpickle a synchronized object: a wrapper of the creator's class over the
-    mapped block on its host, else a proxy."""
+    mapped block on its host, else a proxy. ``secret``: the run's, for a child started
+    by multiprocessing."""
+    auth.adopt(secret)
     if _local(host):
         wrapper = synchronized(_attach(desc, name, host, token=None), lock)
         wrapper._fiber_token = token

@@ -58,7 +58,7 @@ from fiber.runtime.managers import sync as _sync
 from fiber.runtime.managers.stdlib import BaseProxy
 from fiber.runtime.shared import served
 from fiber.runtime.shared.buffers import SharedBuffer
-from fiber.wire import shm
+from fiber.wire import auth, shm
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
            "Barrier"]  # and, as in multiprocessing.synchronize: SemLock, SEM_VALUE_MAX,
@@ -223,12 +223,15 @@ def _token_of(obj: Any) -> tuple[bytes | None, Any]:
 def _reduce(obj: Any) -> tuple[Any, tuple[Any, ...]]:
     host, token = _token_of(obj)
     state = obj._native_state() if host is not None else None
-    return _rebuild, (type(obj).__name__, state, host, token)
+    return _rebuild, (type(obj).__name__, state, host, token, auth.for_stdlib_child())
 
 
-def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any) -> Any:
+def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any,
+             secret: bytes | None = None) -> Any:
     """Unpickle a primitive: the creator's own object in its creator, a native object
-    over the same semaphores on its host, else a proxy of it."""
+    over the same semaphores on its host, else a proxy of it. ``secret``: the run's, for
+    a child started by multiprocessing (:func:`fiber.wire.auth.for_stdlib_child`)."""
+    auth.adopt(secret)
     obj = _served_here.get((tuple(token.address), token.id))
     if obj is not None:
         return obj

@@ -122,6 +122,15 @@ def run_exit_callbacks(down_to: int | None = None) -> None:
             get_logger().debug("exit step %s failed", name, exc_info=True)
 
 
+def forget_exit_callbacks() -> None:
+    """Drop every registered callback: this process was forked from the one that
+    registered them, and they act on that process's state (its children, mailboxes,
+    connections). What this process makes registers its own."""
+    global _lock
+    _lock = threading.Lock()  # another thread of the parent may have held it
+    _callbacks.clear()
+
+
 def is_exiting() -> bool:
     """Whether this process has begun its exit path (as multiprocessing's)."""
     return _exiting

@@ -1,12 +1,27 @@
 """How a process reaches a mailbox-backed object (queue, pipe) that may live in
 another process: directly when it lives here, else through a client connection to
 the owner's hub, with one request line per thread so that a thread blocked in
-``get`` does not hold up another thread's ``put``."""
+``get`` does not hold up another thread's ``put``.
+
+**Fork.** A process forked from this one (``os.fork``, multiprocessing's ``fork``
+start method) holds copies of every object here, and they must not use the parent's
+mailboxes or connections, which live on in the parent only. Objects that hold such
+state register with :func:`fork_aware` and are told after a fork
+(``_after_fork_in_child``): an endpoint forgets its local channel and its request lines
+(the child reaches the owner, its parent, through the wire: see
+:mod:`fiber.wire.transport`). A pipe end the child inherits is one more handle of that
+end, as multiprocessing's inherited descriptor is: :func:`hold_while_forked` keeps it
+open until every process forked with it has exited (a pipe's write end that only the
+children hold tells the parent), unless the child registers or closes it before.
+"""
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
+from collections.abc import Callable
+from typing import Any
 
 from fiber.runtime.mailbox import encode, parse_owner
 from fiber.wire import shm, transport
@@ -15,6 +30,82 @@ from fiber.wire.protocol import MailboxOp
 # A remote wait with a timeout is timed out by the owner; this much longer the
 # caller waits for the owner's answer before it calls the connection lost.
 TIMEOUT_SLACK = 30.0
+
+
+_fork_aware: weakref.WeakSet[Any] = weakref.WeakSet()
+_fork_releases: list[Callable[[], None]] = []  # taken by _before_fork for the next child
+_fork_pipe: tuple[int, int] | None = None
+_held_in_child: list[int] = []  # in a forked child: write ends kept open for its life
+# in a forked child: the parent's request lines and watchers, never collected (closing
+# an nng object after a fork aborts the process)
+_kept_in_child: list[Any] = []
+
+
+def keep_in_child(obj: Any) -> None:
+    """Keep ``obj`` (state of the parent a forked child drops) alive forever."""
+    _kept_in_child.append(obj)
+
+
+def fork_aware(obj: Any) -> None:
+    """Call ``obj._after_fork_in_child()`` in a process forked from this one (and
+    ``obj._before_fork()`` in this one before, if it has one)."""
+    _fork_aware.add(obj)
+
+
+def hold_while_forked(release: Callable[[], None]) -> None:
+    """Called from a ``_before_fork``: run ``release()`` in this process once the
+    child about to be forked (and every process forked from it) has exited."""
+    _fork_releases.append(release)
+
+
+def _before_fork() -> None:
+    global _fork_pipe
+    for obj in list(_fork_aware):
+        hook = getattr(obj, "_before_fork", None)
+        if hook is not None:
+            hook()
+    if _fork_releases:
+        _fork_pipe = os.pipe()  # not inherited by programs the child executes
+
+
+def _after_fork_in_parent() -> None:
+    global _fork_pipe
+    releases = _fork_releases[:]
+    _fork_releases.clear()
+    if _fork_pipe is None:
+        return
+    read_end, write_end = _fork_pipe
+    _fork_pipe = None
+    os.close(write_end)
+    threading.Thread(target=_release_when_gone, args=(read_end, releases),
+                     name="fiber-fork-holds", daemon=True).start()
+
+
+def _release_when_gone(read_end: int, releases: list[Callable[[], None]]) -> None:
+    try:
+        while os.read(read_end, 1):  # EOF: every holder of the write end has exited
+            pass
+    except OSError:
+        pass
+    finally:
+        os.close(read_end)
+    for release in releases:
+        release()
+
+
+def _after_fork_in_child() -> None:
+    global _fork_pipe
+    _fork_releases.clear()
+    if _fork_pipe is not None:
+        os.close(_fork_pipe[0])
+        _held_in_child.append(_fork_pipe[1])
+        _fork_pipe = None
+    for obj in list(_fork_aware):
+        obj._after_fork_in_child()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                    after_in_child=_after_fork_in_child)
 
 
 class Endpoint:
@@ -27,6 +118,13 @@ class Endpoint:
         hub = transport.local_hub(address)
         if hub is not None:
             self._local = hub.channel(cid)
+        fork_aware(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._local = None  # the owner is the parent now
+        keep_in_child(self._tls)
+        self._tls = threading.local()  # the parent's request lines are not ours
+        self._shm_owner = False
 
     @property
     def local(self):

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from fiber.backend import secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.runtime import config, retry, run, teardown
+from fiber.runtime import config, popen_payload, retry, run, teardown
 from fiber.runtime.monitor import in_outage, monitor_for
 from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
@@ -218,8 +218,8 @@ class JobPopen:
         # heartbeat line (ControlChannel.ask_to_end)
         self.asked_to_end: int | None = None
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
-        with recording_transit() as self._transit:
-            payload = serialization.dumps_code(process_obj)
+        with recording_transit() as self._transit, popen_payload.pickling(process_obj.name):
+            payload = serialization.dumps_code(process_obj, popen_payload.reducer_for)
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
         self.hub = run.hub()
         self.output = LineWriter(f"[{self.process_name}] " if cfg.output_prefix else "",

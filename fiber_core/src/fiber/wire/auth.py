@@ -10,6 +10,15 @@ hands it to the backend apart from the job's environment (``JobSpec.secrets``), 
 backend delivers it privately, and a job whose backend wrote it to a secrets file has
 read that file into its environment before anything here runs (the job's bootstrap,
 with :func:`fiber.backend.secrets.load_secrets`).
+
+A child started by the *standard library* (``multiprocessing`` with spawn or
+forkserver) from a fiber process gets the secret the way multiprocessing's children
+get their ``authkey``: in the pickle its parent writes for it. fiber's objects add it
+to their pickled state only while a standard-library Popen pickles a starting
+process's arguments (:func:`for_stdlib_child`, as multiprocessing's manager proxies do
+with their authkey), and their rebuild adopts it (:func:`adopt`); it is never on a
+command line, and never in a pickle that travels over the network. A child started
+with fork inherits it in memory.
 """
 
 from __future__ import annotations
@@ -21,8 +30,8 @@ import threading
 
 from fiber.wire.protocol import NONCE_SIZE
 
-__all__ = ["AUTHKEY_ENV", "NONCE_SIZE", "answer", "get_authkey", "new_nonce", "set_authkey",
-           "verify"]
+__all__ = ["AUTHKEY_ENV", "NONCE_SIZE", "adopt", "answer", "for_stdlib_child", "get_authkey",
+           "new_nonce", "set_authkey", "verify"]
 
 AUTHKEY_ENV = "_FIBER_AUTHKEY"
 
@@ -45,6 +54,30 @@ def set_authkey(key: bytes) -> None:
     global _authkey
     with _lock:
         _authkey = bytes(key)
+
+
+def for_stdlib_child() -> bytes | None:
+    """The secret when a standard-library Popen (multiprocessing's spawn or forkserver)
+    is pickling a starting process on this thread, else None. A fiber job's own Popen
+    marks itself (``fiber_job``): its payload crosses the network, and jobs get the
+    secret in their environment."""
+    from multiprocessing import context  # stdlib, already imported by fiber's API
+
+    popen = context.get_spawning_popen()
+    if popen is None or getattr(popen, "fiber_job", False):
+        return None
+    return get_authkey()
+
+
+def adopt(key: bytes | None) -> None:
+    """Take ``key``, the secret a fiber object brought from its parent's pickle, as
+    this process's secret if it has none yet (a child started by multiprocessing)."""
+    global _authkey
+    if not key:
+        return
+    with _lock:
+        if _authkey is None and not os.environ.get(AUTHKEY_ENV):
+            _authkey = bytes(key)
 
 
 def new_nonce() -> bytes:

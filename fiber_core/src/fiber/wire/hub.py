@@ -158,6 +158,11 @@ class Hub:
                 logger.exception("peer_gone handler failed")
 
     @property
+    def stream_started(self) -> bool:
+        """Whether the stream listener runs (:attr:`stream_address` starts it)."""
+        return self._stream is not None
+
+    @property
     def stream_address(self) -> str:
         """The address of this hub's direct stream wire, which serves the channels
         added with ``stream=True``; started on first use."""

@@ -12,6 +12,7 @@ is on this host, and the message is a small descriptor (a :class:`Shared`).
 
 from __future__ import annotations
 
+import io
 import pickle
 import sys
 import traceback
@@ -142,10 +143,29 @@ def loads(body: bytes | memoryview) -> Any:
     return pickle.loads(data, buffers=copies)
 
 
-def dumps_code(obj: Any) -> bytes:
-    """Serialize code-bearing objects (targets, task functions) with cloudpickle."""
+class _OverridingPickler(cloudpickle.Pickler):
+    """cloudpickle's pickler with a caller's reductions tried first."""
+
+    def __init__(self, file: Any, override: Callable[[Any], Any]) -> None:
+        super().__init__(file, PROTOCOL)
+        self._override = override
+
+    def reducer_override(self, obj: Any) -> Any:
+        reducer = self._override(obj)
+        if reducer is not None:
+            return reducer(obj)
+        return super().reducer_override(obj)
+
+
+def dumps_code(obj: Any, override: Callable[[Any], Any] | None = None) -> bytes:
+    """Serialize code-bearing objects (targets, task functions) with cloudpickle.
+    ``override(o)`` may return a reducer to use for ``o`` instead of its own."""
     try:
-        return cloudpickle.dumps(obj, PROTOCOL)
+        if override is None:
+            return cloudpickle.dumps(obj, PROTOCOL)
+        file = io.BytesIO()
+        _OverridingPickler(file, override).dump(obj)
+        return file.getvalue()
     except Exception as exc:  # noqa: BLE001
         raise SerializationError(
             f"cannot send {obj!r} to another process: {exc}. The target, its "
