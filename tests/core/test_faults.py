@@ -9,15 +9,21 @@ front of the real local backend, which creates real jobs once the fault is over.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import fault_map
+import pytest
+
+import fiber
 from fiber.wire import shm
 
 FAULT_PLUGIN = Path(__file__).parent.parent / "fault_plugin"
@@ -146,6 +152,76 @@ def test_pool_survives_its_template_being_killed(run_script):
     assert words[0] == "replaced" and int(words[1]) >= 3, result.stdout + result.stderr
     assert words[-1] == "True", result.stdout
     assert "template process (pid" in result.stderr  # said once, as a warning
+
+
+def _templates() -> list[int]:
+    """Pids of this process's local-backend template processes (its fork servers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"fiber.backend.local.forkserver" in cmd:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_long_map_survives_killed_workers_and_templates(tmp_path):
+    """The local backend's fault test (#17), the counterpart of the engines' (see
+    tests/fault_map.py): Pool(4) maps 5,000 tasks of 20 ms while 9 real SIGKILLs hit,
+    one every 0.6 s, a random busy worker (two kills in three) or the template process
+    (every third: all the workers forked from it end with it), and the template is
+    frozen (SIGSTOP) for 5 s, so the workers killed meanwhile are replaced only once
+    it is thawed or replaced. Every result arrives once and right, every task ran,
+    duplicate executions stay within one per killed worker (a template kill kills
+    every worker), and no /dev/shm name of the dead processes is left."""
+    log = str(tmp_path / "executions")
+    n, size = 5000, 4
+    shm_before = fault_map.shm_names()
+    frozen: list[int] = []
+    template_kills: list[int] = []
+
+    with fiber.Pool(size) as pool:
+        pool.map(abs, range(8))  # the workers (and the template) are up
+
+        def victims(killed: list[int]) -> list[int]:
+            if len(killed) % 3 == 2:
+                found = [pid for pid in _templates() if pid not in killed]
+                template_kills.extend(found[:1])
+                return found[:1]
+            return fault_map.busy_workers(pool, killed)
+
+        def freeze() -> None:
+            frozen[:] = _templates()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+
+        def thaw() -> None:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+
+        result, faults = fault_map.map_under_faults(
+            pool, functools.partial(fault_map.record, log), n, victims=victims,
+            kills=9, every=0.6, seed=31, freeze=freeze, thaw=thaw, outage_after=1.5,
+            outage_seconds=5.0)
+        stats = pool.stats()
+        assert pool.map(abs, range(-8, 0)) == list(range(8, 0, -1))  # still whole
+    runs = fault_map.executions_in(log)
+    templates_killed = [pid for pid in faults.kills if pid in template_kills]
+    assert templates_killed, faults.kills
+    duplicates = fault_map.check_exactly_once(
+        result, n, runs, faults, extra_duplicates=len(templates_killed) * (size - 1))
+    assert stats.lost >= len(faults.kills)
+    print(f"{n} tasks, {len(faults.kills)} kills ({len(templates_killed)} of the "
+          f"template), a 5 s template freeze: {faults.seconds:.1f} s, "
+          f"{duplicates} duplicate executions, {stats.lost} workers lost")
+    assert not fault_map.dead_segments(shm_before)
 
 
 # -- transient and permanent errors of the cluster manager ------------------------------
