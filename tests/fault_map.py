@@ -54,6 +54,28 @@ def busy_workers(pool: Any, exclude: Iterable[int] = ()) -> list[int]:
             and w.process.pid not in skip]
 
 
+def job_processes(run: str) -> list[int]:
+    """Pids, on this machine, of the job processes of run ``run`` (found by the run id
+    in their environment and fiber's bootstrap on their command line): the workers of a
+    pool on a backend whose jobs are processes of this machine in other pid namespaces
+    (containers, pods), whose own pids mean nothing here."""
+    marker = f"_FIBER_RUN={run}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if marker in environ.split(b"\0") and b"fiber.runtime.bootstrap" in cmdline:
+            pids.append(int(entry))
+    return pids
+
+
 def sigkill(pid: int) -> None:
     try:
         os.kill(pid, signal.SIGKILL)
