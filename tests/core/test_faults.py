@@ -109,6 +109,86 @@ def test_worker_failing_on_import_still_breaks_the_pool(run_script):
     assert result.stderr.count("Traceback") == 1, result.stderr
 
 
+def test_worker_crashing_on_import_breaks_the_pool(run_script):
+    """Workers that crash on their own while importing the main module (a real
+    SIGABRT: a signal of their own making, not one sent from outside) count as failing
+    on their own: the pool breaks after START_FAILURES_LIMIT of them, saying how they
+    ended, instead of replacing them for ever."""
+    result = run_script(
+        """
+        import os, time
+        import fiber
+        from fiber.errors import ProcessStartError
+
+        if __name__ != "__main__":
+            os.abort()  # a crash while importing the main module
+
+        if __name__ == "__main__":
+            pool = fiber.Pool(2)
+            started = time.monotonic()
+            try:
+                pool.map(abs, range(10))
+            except ProcessStartError as exc:
+                print("broken after %.0f s:" % (time.monotonic() - started),
+                      str(exc).replace("\\n", " "))
+            pool.terminate()
+        """, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "broken after" in result.stdout, result.stdout + result.stderr
+    print(result.stdout)
+    seconds = float(result.stdout.split()[2])
+    assert seconds < 30, result.stdout
+    assert "exit code -6" in result.stdout or "SIGABRT" in result.stdout, result.stdout
+    assert "ended from outside" not in result.stdout, result.stdout
+
+
+def test_manager_server_killed_from_outside_fails_its_proxies_promptly(run_script):
+    """A real SIGKILL (sent from outside, by pid) of a ``fiber.Manager()``'s server:
+    a call in flight and every later call of its proxies raise a clear error within
+    seconds, nothing hangs, and the program exits promptly."""
+    result = run_script(
+        """
+        import os, signal, threading, time
+        import fiber
+
+        if __name__ == "__main__":
+            manager = fiber.Manager()
+            shared = manager.list([1, 2, 3])
+            event = manager.Event()
+            assert shared[1] == 2
+            outcome = []
+
+            def waiter():
+                try:
+                    event.wait(120)  # in flight when the server dies
+                    outcome.append("returned")
+                except Exception as exc:
+                    outcome.append(f"{type(exc).__name__}: {exc}")
+
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            time.sleep(0.5)
+            os.kill(manager._process.pid, signal.SIGKILL)
+            started = time.monotonic()
+            thread.join(60)
+            try:
+                shared.append(4)
+                later = "returned"
+            except Exception as exc:
+                later = f"{type(exc).__name__}: {exc}"
+            print("seconds %.1f" % (time.monotonic() - started))
+            print("in flight:", outcome)
+            print("later:", later)
+        """, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    print(result.stdout)
+    assert float(lines[0].split()[1]) < 10, result.stdout
+    for line in lines[1:]:
+        assert "ConnectionLostError" in line and "manager" in line, result.stdout
+        assert "returned" not in line
+
+
 def test_pool_survives_its_template_being_killed(run_script):
     """A real SIGKILL of the local backend's template process in the middle of a map:
     its jobs end, a new template starts the replacements, the map completes."""
