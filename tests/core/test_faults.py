@@ -304,6 +304,75 @@ def test_long_map_survives_killed_workers_and_templates(tmp_path):
     assert not fault_map.dead_segments(shm_before)
 
 
+def test_pool_rides_out_a_template_frozen_past_its_answer_time(run_script):
+    """The template is frozen (a real SIGSTOP) for 6 s, three times its answer time
+    (SPAWN_TIMEOUT, lowered to 2 s here), while a worker is SIGKILLed: its
+    replacement's start is retried (a transient error, not a broken pool) until the
+    template is thawed; the map completes, and the children the template forked for
+    the starts given up on are ended (no job process is left after the pool)."""
+    result = run_script(
+        """
+        import os, signal, time
+        import fiber
+        from fiber.backend.local import backend as local
+
+        def templates():
+            found = []
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read()
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        ppid = int(f.read().rpartition(b")")[2].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == os.getpid() and b"fiber.backend.local.forkserver" in cmd:
+                    found.append(int(pid))
+            return found
+
+        def children_of(pid):
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    return [int(p) for p in f.read().split()]
+            except OSError:
+                return []
+
+        def slow(x):
+            time.sleep(0.02)
+            return -x
+
+        if __name__ == "__main__":
+            local.SPAWN_TIMEOUT = 2.0
+            with fiber.Pool(3) as pool:
+                result = pool.map_async(slow, range(600), chunksize=1)
+                while pool.stats().done < 30:
+                    time.sleep(0.01)
+                (template,) = templates()
+                os.kill(template, signal.SIGSTOP)
+                try:
+                    busy = [w.process.pid for w in pool.stats().workers
+                            if w.state == "busy" and w.process is not None]
+                    os.kill(busy[0], signal.SIGKILL)
+                    time.sleep(6)
+                finally:
+                    os.kill(template, signal.SIGCONT)
+                assert result.get(120) == [-x for x in range(600)]
+                stats = pool.stats()
+                print("replaced", stats.replaced, "processes", stats.processes)
+            deadline = time.monotonic() + 10
+            while children_of(template) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            print("left", children_of(template))
+        """, timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    words = lines[0].split()
+    assert words[0] == "replaced" and int(words[1]) >= 1, result.stdout + result.stderr
+    assert lines[-1] == "left []", result.stdout
+    print(result.stderr)
+    assert "has not answered for 2 s" in result.stderr, result.stderr
+
+
 # -- transient and permanent errors of the cluster manager ------------------------------
 POOL_SCRIPT = """
     import time
