@@ -156,8 +156,9 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
     jobs["ipc"].append("memcpy")
-    kinds = kinds if kinds is not None else [k for k in KINDS if k != "faults"]
-    if kinds is not None:
+    if kinds is None:  # faults only when asked for
+        jobs = {k: v for k, v in jobs.items() if k != "faults"}
+    else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
         for name, st in status.items():
             if st["status"] != "skipped" and not any(name in v for v in jobs.values()):
