@@ -254,21 +254,26 @@ def test_long_map_survives_killed_workers_and_templates(tmp_path):
     tests/fault_map.py): Pool(4) maps 5,000 tasks of 20 ms while 12 real SIGKILLs hit,
     one every 0.6 s, a random busy worker (two kills in three) or the template process
     (every third: all the workers forked from it end with it), and the template is
-    frozen (SIGSTOP) from 4 s to 9 s (only workers are killed then), so the workers
-    killed meanwhile are replaced only once it is thawed. Every result arrives once and
-    right, every task ran,
+    frozen (SIGSTOP) for 5 s from about 4 s, once the pool is whole again (no kill from
+    2 s until then; only workers are killed during the freeze), so the workers killed
+    meanwhile are replaced only once it is thawed. Every result arrives once and right,
+    every task ran,
     duplicate executions stay within one per killed worker (a template kill kills
     every worker), and no /dev/shm name of the dead processes is left."""
     log = str(tmp_path / "executions")
     n, size = 5000, 4
     shm_before = fault_map.shm_names()
     frozen: list[int] = []
+    thawed: list[float] = []
     template_kills: list[int] = []
 
     with fiber.Pool(size) as pool:
         pool.map(abs, range(8))  # the workers (and the template) are up
+        started = time.monotonic()
 
         def victims(killed: list[int]) -> list[int]:
+            if not frozen and not thawed and time.monotonic() - started > 2.0:
+                return []  # a quiet time before the freeze: the pool is whole then
             if len(killed) % 3 == 2 and not frozen:
                 found = [pid for pid in _templates() if pid not in killed]
                 template_kills.extend(found[:1])
@@ -276,6 +281,10 @@ def test_long_map_survives_killed_workers_and_templates(tmp_path):
             return fault_map.busy_workers(pool, killed)
 
         def freeze() -> None:
+            deadline = time.monotonic() + 60
+            while (len(fault_map.busy_workers(pool)) < size - 1
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
             frozen[:] = _templates()
             for pid in frozen:
                 os.kill(pid, signal.SIGSTOP)
@@ -287,6 +296,7 @@ def test_long_map_survives_killed_workers_and_templates(tmp_path):
                 except ProcessLookupError:
                     pass
             frozen.clear()
+            thawed.append(time.monotonic())
 
         result, faults = fault_map.map_under_faults(
             pool, functools.partial(fault_map.record, log), n, victims=victims,
@@ -347,19 +357,22 @@ def test_pool_rides_out_a_template_frozen_past_its_answer_time(run_script):
         if __name__ == "__main__":
             local.SPAWN_TIMEOUT = 2.0
             with fiber.Pool(3) as pool:
-                result = pool.map_async(slow, range(600), chunksize=1)
-                while pool.stats().done < 30:
-                    time.sleep(0.01)
+                result = pool.map_async(slow, range(3000), chunksize=1)
+                busy = []
+                deadline = time.monotonic() + 60
+                while not busy and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    busy = [w.process.pid for w in pool.stats().workers
+                            if w.state == "busy" and w.process is not None
+                            and w.process.pid]
                 (template,) = templates()
                 os.kill(template, signal.SIGSTOP)
                 try:
-                    busy = [w.process.pid for w in pool.stats().workers
-                            if w.state == "busy" and w.process is not None]
                     os.kill(busy[0], signal.SIGKILL)
                     time.sleep(6)
                 finally:
                     os.kill(template, signal.SIGCONT)
-                assert result.get(120) == [-x for x in range(600)]
+                assert result.get(120) == [-x for x in range(3000)]
                 stats = pool.stats()
                 print("replaced", stats.replaced, "processes", stats.processes)
             deadline = time.monotonic() + 10
