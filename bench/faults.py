@@ -149,14 +149,17 @@ def markdown(data: dict) -> list[str]:
            "sleeping tasks (chunksize=1) with no fault, with 20% of the pool's workers "
            "SIGKILLed, and with those kills during an outage of the cluster manager (on "
            "`local` the backend's template process frozen, on an engine the fault tests' "
-           "freeze of its manager). Every result is checked; medians in seconds.", ""]
+           "freeze of its manager). Every result is checked; seconds, medians of "
+           f"{data['meta']['config'].get('faults_reps', '?')} repetition(s) (the ideal is "
+           "tasks x duration / workers; lost: the median of the repetitions' differences to "
+           "the map with no fault).", ""]
     if not per:
         out.append("Not measured in this run (`--kinds faults`).")
         return out
     rows = []
     for name, m in per.items():
         rows.append([
-            f"{name} ({data['meta'].get('fiber_backend', 'local')})",
+            name if "[" in name else f"{name} ({data['meta'].get('fiber_backend', 'local')})",
             f"{int(m['tasks'])} x {m['task_s'] * 1000:g} ms on {int(m['workers'])}",
             f"{m['ideal_s']:.1f}", f"{m['clean_s']:.1f}",
             f"{m['kills_s']:.1f} ({m['lost_to_kills_s']:+.1f})",
