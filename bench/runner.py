@@ -37,6 +37,8 @@ MODES: dict[str, dict] = {
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
         "shared_reps": 1, "shared_budget": 0.05,
+        "faults_reps": 1, "faults_tasks": 400, "faults_task_seconds": 0.01,
+        "faults_workers": 2, "faults_outage": 1.0,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -54,6 +56,9 @@ MODES: dict[str, dict] = {
         "startup_samples": 10,
         # shared state: each operation timed over shared_budget seconds in a child
         "shared_reps": 3, "shared_budget": 0.2,
+        # faults (--kinds faults only): 5,000 tasks of 20 ms on 10 workers, 10 s outage
+        "faults_reps": 1, "faults_tasks": 5000, "faults_task_seconds": 0.02,
+        "faults_workers": 10, "faults_outage": 10.0,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -65,13 +70,16 @@ MODES: dict[str, dict] = {
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
         "shared_reps": 5, "shared_budget": 0.5,
+        "faults_reps": 3, "faults_tasks": 5000, "faults_task_seconds": 0.02,
+        "faults_workers": 10, "faults_outage": 10.0,
     },
 }
 # Benchmark kinds and which contenders take part in each.
 IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
 # "shared": fiber only; its run measures multiprocessing's shared objects too
-KINDS = ("pool", "scale", "ipc", "startup", "shared")
+# "faults": fiber only, and only when asked for (--kinds faults: it freezes engines)
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults")
 
 
 def _env() -> dict[str, str]:
@@ -126,7 +134,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": []}
+                                  "shared": [], "faults": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -144,10 +152,13 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
                                       note=why + "; its Pipe/Queue/Process were measured")
         if c.name.startswith("fiber") and not c.missing("startup"):
             jobs["startup"].append(c.name)
+            jobs["faults"].append(c.name)
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
     jobs["ipc"].append("memcpy")
-    if kinds is not None:
+    if kinds is None:  # faults only when asked for
+        jobs = {k: v for k, v in jobs.items() if k != "faults"}
+    else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
         for name, st in status.items():
             if st["status"] != "skipped" and not any(name in v for v in jobs.values()):
@@ -186,6 +197,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "pool" and rep >= cfg["heavy_reps"] and name in heavy:
                     continue
                 if kind == "scale" and rep >= cfg["scale_reps"]:
+                    continue
+                if kind == "faults" and rep >= cfg["faults_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

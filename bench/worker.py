@@ -171,8 +171,17 @@ def run_shared(name: str, cfg: dict, result: dict) -> None:
                                                      cfg["shared_budget"]))
 
 
+def run_faults(name: str, cfg: dict, result: dict) -> None:
+    """A long map with workers killed, and during an outage of the cluster manager."""
+    from bench import faults
+
+    _record(result, "faults", lambda: faults.measure(
+        cfg["faults_tasks"], cfg["faults_workers"], cfg["faults_task_seconds"],
+        cfg["faults_outage"]))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
-         "shared": run_shared}
+         "shared": run_shared, "faults": run_faults}
 
 
 def main(argv: list[str]) -> int:

@@ -9,15 +9,21 @@ front of the real local backend, which creates real jobs once the fault is over.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import secrets
+import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
+import fault_map
+import pytest
+
+import fiber
 from fiber.wire import shm
 
 FAULT_PLUGIN = Path(__file__).parent.parent / "fault_plugin"
@@ -103,6 +109,86 @@ def test_worker_failing_on_import_still_breaks_the_pool(run_script):
     assert result.stderr.count("Traceback") == 1, result.stderr
 
 
+def test_worker_crashing_on_import_breaks_the_pool(run_script):
+    """Workers that crash on their own while importing the main module (a real
+    SIGABRT: a signal of their own making, not one sent from outside) count as failing
+    on their own: the pool breaks after START_FAILURES_LIMIT of them, saying how they
+    ended, instead of replacing them for ever."""
+    result = run_script(
+        """
+        import os, time
+        import fiber
+        from fiber.errors import ProcessStartError
+
+        if __name__ != "__main__":
+            os.abort()  # a crash while importing the main module
+
+        if __name__ == "__main__":
+            pool = fiber.Pool(2)
+            started = time.monotonic()
+            try:
+                pool.map(abs, range(10))
+            except ProcessStartError as exc:
+                print("broken after %.0f s:" % (time.monotonic() - started),
+                      str(exc).replace("\\n", " "))
+            pool.terminate()
+        """, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "broken after" in result.stdout, result.stdout + result.stderr
+    print(result.stdout)
+    seconds = float(result.stdout.split()[2])
+    assert seconds < 30, result.stdout
+    assert "exit code -6" in result.stdout or "SIGABRT" in result.stdout, result.stdout
+    assert "ended from outside" not in result.stdout, result.stdout
+
+
+def test_manager_server_killed_from_outside_fails_its_proxies_promptly(run_script):
+    """A real SIGKILL (sent from outside, by pid) of a ``fiber.Manager()``'s server:
+    a call in flight and every later call of its proxies raise a clear error within
+    seconds, nothing hangs, and the program exits promptly."""
+    result = run_script(
+        """
+        import os, signal, threading, time
+        import fiber
+
+        if __name__ == "__main__":
+            manager = fiber.Manager()
+            shared = manager.list([1, 2, 3])
+            event = manager.Event()
+            assert shared[1] == 2
+            outcome = []
+
+            def waiter():
+                try:
+                    event.wait(120)  # in flight when the server dies
+                    outcome.append("returned")
+                except Exception as exc:
+                    outcome.append(f"{type(exc).__name__}: {exc}")
+
+            thread = threading.Thread(target=waiter)
+            thread.start()
+            time.sleep(0.5)
+            os.kill(manager._process.pid, signal.SIGKILL)
+            started = time.monotonic()
+            thread.join(60)
+            try:
+                shared.append(4)
+                later = "returned"
+            except Exception as exc:
+                later = f"{type(exc).__name__}: {exc}"
+            print("seconds %.1f" % (time.monotonic() - started))
+            print("in flight:", outcome)
+            print("later:", later)
+        """, timeout=120)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    print(result.stdout)
+    assert float(lines[0].split()[1]) < 10, result.stdout
+    for line in lines[1:]:
+        assert "ConnectionLostError" in line and "manager" in line, result.stdout
+        assert "returned" not in line
+
+
 def test_pool_survives_its_template_being_killed(run_script):
     """A real SIGKILL of the local backend's template process in the middle of a map:
     its jobs end, a new template starts the replacements, the map completes."""
@@ -146,6 +232,161 @@ def test_pool_survives_its_template_being_killed(run_script):
     assert words[0] == "replaced" and int(words[1]) >= 3, result.stdout + result.stderr
     assert words[-1] == "True", result.stdout
     assert "template process (pid" in result.stderr  # said once, as a warning
+
+
+def _templates() -> list[int]:
+    """Pids of this process's local-backend template processes (its fork servers)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes()
+            ppid = int(Path(f"/proc/{entry}/stat").read_bytes().rpartition(b")")[2].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == os.getpid() and b"fiber.backend.local.forkserver" in cmd:
+            found.append(int(entry))
+    return found
+
+
+@pytest.mark.slow
+def test_long_map_survives_killed_workers_and_templates(tmp_path):
+    """The local backend's fault test (#17), the counterpart of the engines' (see
+    tests/fault_map.py): Pool(4) maps 5,000 tasks of 20 ms while 12 real SIGKILLs hit,
+    one every 0.6 s, a random busy worker (two kills in three) or the template process
+    (every third: all the workers forked from it end with it), and the template is
+    frozen (SIGSTOP) for 5 s from about 4 s, once the pool is whole again (no kill from
+    2 s until then; only workers are killed during the freeze), so the workers killed
+    meanwhile are replaced only once it is thawed. Every result arrives once and right,
+    every task ran,
+    duplicate executions stay within one per killed worker (a template kill kills
+    every worker), and no /dev/shm name of the dead processes is left."""
+    log = str(tmp_path / "executions")
+    n, size = 5000, 4
+    shm_before = fault_map.shm_names()
+    frozen: list[int] = []
+    thawed: list[float] = []
+    template_kills: list[int] = []
+
+    with fiber.Pool(size) as pool:
+        pool.map(abs, range(8))  # the workers (and the template) are up
+        started = time.monotonic()
+
+        def victims(killed: list[int]) -> list[int]:
+            if not frozen and not thawed and time.monotonic() - started > 2.0:
+                return []  # a quiet time before the freeze: the pool is whole then
+            if len(killed) % 3 == 2 and not frozen:
+                found = [pid for pid in _templates() if pid not in killed]
+                template_kills.extend(found[:1])
+                return found[:1]
+            return fault_map.busy_workers(pool, killed)
+
+        def freeze() -> None:
+            deadline = time.monotonic() + 60
+            while (len(fault_map.busy_workers(pool)) < size - 1
+                   and time.monotonic() < deadline):
+                time.sleep(0.05)
+            frozen[:] = _templates()
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+
+        def thaw() -> None:
+            for pid in frozen:
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+            frozen.clear()
+            thawed.append(time.monotonic())
+
+        result, faults = fault_map.map_under_faults(
+            pool, functools.partial(fault_map.record, log), n, victims=victims,
+            kills=12, every=0.6, seed=31, freeze=freeze, thaw=thaw, outage_after=4.0,
+            outage_seconds=5.0)
+        stats = pool.stats()
+        assert pool.map(abs, range(-8, 0)) == list(range(8, 0, -1))  # still whole
+    runs = fault_map.executions_in(log)
+    templates_killed = [pid for pid in faults.kills if pid in template_kills]
+    assert templates_killed, faults.kills
+    duplicates = fault_map.check_exactly_once(
+        result, n, runs, faults, extra_duplicates=len(templates_killed) * (size - 1))
+    assert stats.lost >= len(faults.kills)
+    print(f"{n} tasks, {len(faults.kills)} kills ({len(templates_killed)} of the "
+          f"template, {len(faults.killed_in_outage)} during a 5 s template freeze): "
+          f"{faults.seconds:.1f} s, "
+          f"{duplicates} duplicate executions, {stats.lost} workers lost")
+    assert not fault_map.dead_segments(shm_before)
+
+
+def test_pool_rides_out_a_template_frozen_past_its_answer_time(run_script):
+    """The template is frozen (a real SIGSTOP) for 6 s, three times its answer time
+    (SPAWN_TIMEOUT, lowered to 2 s here), while a worker is SIGKILLed: its
+    replacement's start is retried (a transient error, not a broken pool) until the
+    template is thawed; the map completes, and the children the template forked for
+    the starts given up on are ended (no job process is left after the pool)."""
+    result = run_script(
+        """
+        import os, signal, time
+        import fiber
+        from fiber.backend.local import backend as local
+
+        def templates():
+            found = []
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        cmd = f.read()
+                    with open(f"/proc/{pid}/stat", "rb") as f:
+                        ppid = int(f.read().rpartition(b")")[2].split()[1])
+                except (OSError, ValueError, IndexError):
+                    continue
+                if ppid == os.getpid() and b"fiber.backend.local.forkserver" in cmd:
+                    found.append(int(pid))
+            return found
+
+        def children_of(pid):
+            try:
+                with open(f"/proc/{pid}/task/{pid}/children") as f:
+                    return [int(p) for p in f.read().split()]
+            except OSError:
+                return []
+
+        def slow(x):
+            time.sleep(0.02)
+            return -x
+
+        if __name__ == "__main__":
+            local.SPAWN_TIMEOUT = 2.0
+            with fiber.Pool(3) as pool:
+                result = pool.map_async(slow, range(3000), chunksize=1)
+                busy = []
+                deadline = time.monotonic() + 60
+                while not busy and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    busy = [w.process.pid for w in pool.stats().workers
+                            if w.state == "busy" and w.process is not None
+                            and w.process.pid]
+                (template,) = templates()
+                os.kill(template, signal.SIGSTOP)
+                try:
+                    os.kill(busy[0], signal.SIGKILL)
+                    time.sleep(6)
+                finally:
+                    os.kill(template, signal.SIGCONT)
+                assert result.get(120) == [-x for x in range(3000)]
+                stats = pool.stats()
+                print("replaced", stats.replaced, "processes", stats.processes)
+            deadline = time.monotonic() + 10
+            while children_of(template) and time.monotonic() < deadline:
+                time.sleep(0.1)
+            print("left", children_of(template))
+        """, timeout=180)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    words = lines[0].split()
+    assert words[0] == "replaced" and int(words[1]) >= 1, result.stdout + result.stderr
+    assert lines[-1] == "left []", result.stdout
+    print(result.stderr)
+    assert "has not answered for 2 s" in result.stderr, result.stderr
 
 
 # -- transient and permanent errors of the cluster manager ------------------------------

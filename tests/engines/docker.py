@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
+import signal
 import sys
 from pathlib import Path
 
@@ -36,3 +38,26 @@ def stop() -> None:
     state, _state = _state, None
     if state is not None:
         _engine().stop(state)
+
+
+def manager_pids() -> list[int]:
+    """dockerd's pid, from the pidfile next to the socket of ``FIBER_DOCKER_HOST``."""
+    socket = os.environ["FIBER_DOCKER_HOST"].removeprefix("unix://")
+    return [int((Path(socket).parent / "docker.pid").read_text())]
+
+
+# -- an outage of the cluster manager (the fault tests and bench/faults.py) -----------
+def freeze() -> None:
+    """Take the cluster manager away: SIGSTOP dockerd (found from the settings in the
+    environment, so any process of the session may call it). ``thaw()`` brings it back."""
+    for pid in manager_pids():
+        os.kill(pid, signal.SIGSTOP)
+
+
+def thaw() -> None:
+    """SIGCONT the cluster manager (harmless when it runs)."""
+    for pid in manager_pids():
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass

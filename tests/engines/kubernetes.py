@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -176,3 +177,26 @@ def stop() -> None:
             f"{returncode}); left: {', '.join(left) or 'nothing found'}")
     _log(f"cluster stopped in {time.monotonic() - began:.1f}s; none of its "
          f"{len(recorded)} servers, containers or other processes is left")
+
+
+def manager_pids() -> list[int]:
+    """kube-apiserver's pid, as start.sh recorded it in ``FK8S_TEST_STATE``."""
+    state = Path(os.environ["FK8S_TEST_STATE"])
+    return [int((state / "pids" / "apiserver").read_text().split()[0])]
+
+
+# -- an outage of the cluster manager (the fault tests and bench/faults.py) -----------
+def freeze() -> None:
+    """Take the cluster manager away: SIGSTOP kube-apiserver (found from the settings in the
+    environment, so any process of the session may call it). ``thaw()`` brings it back."""
+    for pid in manager_pids():
+        os.kill(pid, signal.SIGSTOP)
+
+
+def thaw() -> None:
+    """SIGCONT the cluster manager (harmless when it runs)."""
+    for pid in manager_pids():
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass

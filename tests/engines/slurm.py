@@ -10,6 +10,7 @@ removes the directory.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import tempfile
@@ -63,3 +64,26 @@ def stop() -> None:
         return
     state, _state = _state, None
     subprocess.run(["bash", str(SCRIPTS / "stop.sh"), state], check=False)
+
+
+def manager_pids() -> list[int]:
+    """slurmctld's pid, from the state directory of ``SLURM_CONF``."""
+    state = Path(os.environ["SLURM_CONF"]).parent
+    return [int((state / "pids" / "slurmctld.pid").read_text())]
+
+
+# -- an outage of the cluster manager (the fault tests and bench/faults.py) -----------
+def freeze() -> None:
+    """Take the cluster manager away: SIGSTOP slurmctld (found from the settings in the
+    environment, so any process of the session may call it). ``thaw()`` brings it back."""
+    for pid in manager_pids():
+        os.kill(pid, signal.SIGSTOP)
+
+
+def thaw() -> None:
+    """SIGCONT the cluster manager (harmless when it runs)."""
+    for pid in manager_pids():
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass

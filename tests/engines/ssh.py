@@ -60,3 +60,20 @@ def stop() -> None:
     subprocess.run([sys.executable, str(SCRIPTS / "hosts.py"), "down", "--dir", _state_dir],
                    check=False, stdin=subprocess.DEVNULL)
     _state_dir = None
+
+
+# -- an outage (the fault tests and bench/faults.py) ----------------------------------
+def _set_link(index: int, up: bool) -> None:
+    state = json.loads(Path(os.environ["FSSH_TEST_STATE"]).read_text())
+    subprocess.run(["ip", "link", "set", state["hosts"][index]["veth"], "up" if up else "down"],
+                   check=True, stdin=subprocess.DEVNULL)
+
+
+def freeze() -> None:
+    """Cut the last test host off the network (its veth on this machine set down): the
+    whole host, its sshd and its jobs, unreachable. ``thaw()`` connects it again."""
+    _set_link(-1, up=False)
+
+
+def thaw() -> None:
+    _set_link(-1, up=True)

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from ssh_helpers import ROOT, _load, describe, wait_no_leftovers
 
+from fiber.backend import registry
 from fiber.runtime import config
 from fiber_ssh.backend import SSHBackend
 
@@ -59,3 +60,15 @@ def make_backend(ssh_hosts, ssh_options) -> Iterator[Callable[..., SSHBackend]]:
     left = wait_no_leftovers(ssh_hosts)
     assert not left, f"processes left on the test hosts: {describe(left)}"
 
+
+
+@pytest.fixture
+def ssh_fiber(ssh_hosts, monkeypatch):
+    """fiber set to the ssh backend with a fresh backend instance (both hosts up); the
+    instance is closed at the end (it may have seen a host die)."""
+    monkeypatch.setenv("FIBER_BACKEND", "ssh")
+    config.reset()
+    registry.reset_instances()
+    yield
+    registry.reset_instances()
+    config.reset()

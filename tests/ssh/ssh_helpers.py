@@ -40,6 +40,18 @@ def wait_no_leftovers(state: dict[str, Any], timeout: float = 15.0) -> list[int]
     return left
 
 
+def fiber_jobs(state: dict[str, Any]) -> list[int]:
+    """Job processes (fiber.runtime.bootstrap) still on the test hosts."""
+    found = []
+    for pid in leftovers(state):
+        try:
+            if b"fiber.runtime.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def describe(pids: list[int]) -> list[str]:
     out = []
     for pid in pids:

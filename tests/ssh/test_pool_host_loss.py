@@ -7,14 +7,10 @@ from __future__ import annotations
 
 import socket
 import time
-from pathlib import Path
 
-import pytest
-from ssh_helpers import describe, kill_host_processes, leftovers, set_link
+from ssh_helpers import describe, fiber_jobs, kill_host_processes, set_link
 
 import fiber
-from fiber.backend import registry
-from fiber.runtime import config
 
 
 def slow_square(x: int) -> tuple[int, str]:
@@ -25,29 +21,6 @@ def slow_square(x: int) -> tuple[int, str]:
 def hostname(_: int) -> str:
     time.sleep(0.2)
     return socket.gethostname()
-
-
-def _fiber_jobs(state) -> list[int]:
-    """Job processes (fiber.runtime.bootstrap) still on the test hosts."""
-    found = []
-    for pid in leftovers(state):
-        try:
-            if b"fiber.runtime.bootstrap" in Path(f"/proc/{pid}/cmdline").read_bytes():
-                found.append(pid)
-        except OSError:
-            continue
-    return found
-
-
-@pytest.fixture
-def ssh_fiber(ssh_hosts, monkeypatch):
-    """fiber set to the ssh backend with a fresh backend instance (both hosts up)."""
-    monkeypatch.setenv("FIBER_BACKEND", "ssh")
-    config.reset()
-    registry.reset_instances()
-    yield
-    registry.reset_instances()  # closes the backend that saw h2 die
-    config.reset()
 
 
 def test_pool_survives_a_host_cut_off_mid_map(ssh_fiber, ssh_hosts):
@@ -76,6 +49,6 @@ def test_pool_survives_a_host_cut_off_mid_map(ssh_fiber, ssh_hosts):
         set_link(ssh_hosts, 1, up=True)
         kill_host_processes(ssh_hosts, 1)
     deadline = time.monotonic() + 20
-    while _fiber_jobs(ssh_hosts) and time.monotonic() < deadline:
+    while fiber_jobs(ssh_hosts) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not _fiber_jobs(ssh_hosts), describe(_fiber_jobs(ssh_hosts))
+    assert not fiber_jobs(ssh_hosts), describe(fiber_jobs(ssh_hosts))

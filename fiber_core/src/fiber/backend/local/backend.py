@@ -24,7 +24,10 @@ its hub), so that its start overlaps the rest of the parent's set-up; in a job, 
 first job. A template that dies (killed, out of memory) is replaced: the jobs forked
 from it are ended (they are reported killed, exit code -9, as before), a spawn it had
 not answered is sent to a new template, and the next jobs fork from that one. A
-template that dies again at once is an error (:data:`TEMPLATE_RESTARTS`).
+template that dies again at once is an error (:data:`TEMPLATE_RESTARTS`). A template
+that does not answer a spawn for :data:`SPAWN_TIMEOUT` seconds (frozen, starved) is a
+transient error, retried by the core like a cluster manager's; the child it forks once
+it answers late is ended.
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from fiber import util
-from fiber.backend import Backend, JobCreationError
+from fiber.backend import Backend, JobCreationError, TransientBackendError
 from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.backend.local import records
@@ -57,6 +60,8 @@ logger = logging.getLogger("fiber")
 _OWN_PACKAGE = __name__.split(".")[0] + "."
 #: new templates one job's start may use after the one it asked died
 TEMPLATE_RESTARTS = 2
+#: seconds a job's start waits for the template's answer before it is retried
+SPAWN_TIMEOUT = 30.0
 
 
 class _Proc(Protocol):
@@ -431,6 +436,7 @@ class _ForkServer:
         self._keys = itertools.count()
         self._waiting: dict[int, _Pending] = {}
         self._children: dict[int, _ForkedChild] = {}
+        self._abandoned: set[int] = set()  # spawns given up on before their answer
         self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
         self._reader.start()
 
@@ -450,11 +456,16 @@ class _ForkServer:
             except OSError:
                 self._waiting.pop(key, None)
                 raise gone from None
-        if not slot.done.wait(30):
+        if not slot.done.wait(SPAWN_TIMEOUT):
             with self._lock:
-                self._waiting.pop(key, None)
-            raise JobCreationError("the local backend's template process does not answer "
-                                   f"(set {_SPAWN_HINT})")
+                if self._waiting.pop(key, None) is not None:
+                    self._abandoned.add(key)  # a late answer's child is ended
+            if not slot.done.is_set():
+                # frozen (SIGSTOP) or starved, not broken: the core asks again
+                raise TransientBackendError(
+                    f"the local backend's template process (pid {self._proc.pid}) has not "
+                    f"answered for {SPAWN_TIMEOUT:g} s (if it stays stuck, set "
+                    f"{_SPAWN_HINT})")
         answer = slot.answer
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
@@ -504,6 +515,14 @@ class _ForkServer:
         answer: _ForkedChild | str = value  # "failed": the template's error message
         with self._lock:
             slot = self._waiting.pop(key, None)
+            if kind == "spawned" and key in self._abandoned:
+                self._abandoned.discard(key)
+                try:  # nobody waits for this child: end it (its end is reported)
+                    os.killpg(value, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                return
+            self._abandoned.discard(key)
             if kind == "spawned":
                 answer = _ForkedChild(value)
                 self._children[value] = answer
