@@ -159,7 +159,8 @@ def markdown(data: dict) -> str:
         lines += _table(["target", "fiber", "met?", f"{BASELINE}, same run"], rows)
     lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
-              *_backends(data), "", *_startup(data), "", *_shared(data), ""]
+              *_backends(data), "", *_startup(data), "", *_shared(data), "",
+              *_floor_section(data), ""]
     return "\n".join(lines)
 
 
@@ -374,6 +375,12 @@ def _shared(data: dict) -> list[str]:
     out += ["", f"Pool round trip (`fiber.Pool(1).apply_async(int).get()`): {_fmt(pool)} us."]
     out += _errors_for(data, ["shared"], [f] if f else [])
     return out
+
+
+def _floor_section(data: dict) -> list[str]:
+    from bench import floor
+
+    return floor.section(data)
 
 
 def _scale(data: dict) -> list[str]:

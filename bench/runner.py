@@ -37,6 +37,7 @@ MODES: dict[str, dict] = {
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
         "shared_reps": 1, "shared_budget": 0.05,
+        "floor_blocks": 1, "floor_calls": 20, "floor_rounds": 10,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -54,6 +55,8 @@ MODES: dict[str, dict] = {
         "startup_samples": 10,
         # shared state: each operation timed over shared_budget seconds in a child
         "shared_reps": 3, "shared_budget": 0.2,
+        # the floor (raw Unix sockets) against fiber and mp-fork: blocks of calls/rounds
+        "floor_blocks": 5, "floor_calls": 200, "floor_rounds": 100,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -65,13 +68,15 @@ MODES: dict[str, dict] = {
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
         "shared_reps": 5, "shared_budget": 0.5,
+        "floor_blocks": 9, "floor_calls": 500, "floor_rounds": 200,
     },
 }
 # Benchmark kinds and which contenders take part in each.
 IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
 # "shared": fiber only; its run measures multiprocessing's shared objects too
-KINDS = ("pool", "scale", "ipc", "startup", "shared")
+# "floor": fiber (local) only; its run measures raw sockets and mp-fork too (bench/floor.py)
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "floor")
 
 
 def _env() -> dict[str, str]:
@@ -126,7 +131,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": []}
+                                  "shared": [], "floor": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -146,6 +151,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             jobs["startup"].append(c.name)
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
+                jobs["floor"].append(c.name)
     jobs["ipc"].append("memcpy")
     if kinds is not None:
         jobs = {k: v for k, v in jobs.items() if k in kinds}

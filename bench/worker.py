@@ -171,8 +171,17 @@ def run_shared(name: str, cfg: dict, result: dict) -> None:
                                                      cfg["shared_budget"]))
 
 
+def run_floor(name: str, cfg: dict, result: dict) -> None:
+    """Raw Unix sockets (the floor), fiber and multiprocessing (fork): round trip and
+    rounds, interleaved in this one run (bench/floor.py)."""
+    from bench import floor
+
+    _record(result, "floor", lambda: floor.measure(cfg["floor_blocks"], cfg["floor_calls"],
+                                                   cfg["floor_rounds"]))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
-         "shared": run_shared}
+         "shared": run_shared, "floor": run_floor}
 
 
 def main(argv: list[str]) -> int:
