@@ -383,9 +383,64 @@ def _floor_section(data: dict) -> list[str]:
     return floor.section(data)
 
 
+def _scale_keys(cfg: dict) -> list[str]:
+    return [f"{d * 1000:g}ms" for d, _ in cfg.get("scale_runs", [])]
+
+
+# Issue #19's scale targets: (N, text, check(fiber metrics, mp-fork metrics) -> (value, met))
+def _scale_targets(cfg: dict) -> list[tuple[int, str, str]]:
+    keys = _scale_keys(cfg)
+    out = [(256, "start", "256 workers all running within 2 s"),
+           (1024, "start", "1,024 workers all running within 8 s")]
+    for n in cfg.get("scale_sizes", []):
+        out.append((n, "used", f"a map of {n} long tasks runs on all {n} workers"))
+    if keys:
+        out += [(1024, "cpu", f"parent CPU per task at 1,024 ({keys[0]} tasks) <= 1.5x "
+                 "multiprocessing's"),
+                (1024, "eff", f"efficiency at 1,024 ({keys[0]} tasks) >= multiprocessing's")]
+    return out
+
+
+def scale_judged(data: dict, name: str | None = None) -> list[tuple[str, str, bool | None]]:
+    """(target, detail, met?) for the scale targets of the sizes measured."""
+    cfg = data["meta"]["config"]
+    f = name or _fiber_name(data)
+    keys = _scale_keys(cfg)
+    out: list[tuple[str, str, bool | None]] = []
+    for n, what, text in _scale_targets(cfg):
+        if n not in cfg.get("scale_sizes", []):
+            continue
+        m = data["summary"]["medians"].get(f"scale/{n}", {}).get(f or "")
+        b = data["summary"]["medians"].get(f"scale/{n}", {}).get(BASELINE)
+        if not m:
+            out.append((text, "not measured", None))
+            continue
+        if what == "start":
+            limit = 2.0 if n == 256 else 8.0
+            v = m.get("start_seconds")
+            out.append((text, f"{_fmt(v)} s ({v / limit:.2f} of the limit)", v <= limit)
+                       if v is not None else (text, "not measured", None))
+        elif what == "used":
+            v = m.get("workers_used")
+            out.append((text, f"{v:.0f} of {n}", v >= n) if v is not None
+                       else (text, "not measured", None))
+        else:
+            metric = ("cpu_ms_per_task/" if what == "cpu" else "efficiency/") + keys[0]
+            v, base = m.get(metric), (b or {}).get(metric)
+            if v is None or not base:
+                out.append((text, "multiprocessing not measured", None))
+            elif what == "cpu":
+                out.append((text, f"{_fmt(v)} vs {_fmt(base)} ms ({v / base:.2f}x)",
+                            v <= 1.5 * base))
+            else:
+                out.append((text, f"{v:.3f} vs {base:.3f}", v >= base))
+    return out
+
+
 def _scale(data: dict) -> list[str]:
     cfg = data["meta"]["config"]
     names = _ran(data, "scale")
+    keys = _scale_keys(cfg)
     rows = []
     for size in cfg["scale_sizes"]:
         b = f"scale/{size}"
@@ -393,21 +448,39 @@ def _scale(data: dict) -> list[str]:
             m = data["summary"]["medians"].get(b, {}).get(n)
             if not m:
                 continue
-            base = _get(data, b, BASELINE, "parent_cpu_ms_per_task")
-            rows.append([str(size), n, f"{m['efficiency']:.3f}",
-                         _fmt(m["parent_cpu_ms_per_task"]) + _ratio(m["parent_cpu_ms_per_task"], base),
-                         _fmt(m["start_seconds"]), _fmt(m["parent_rss_mb"]),
-                         _fmt(m["worker_rss_mb"]), _fmt(m["worker_uss_mb"])])
+            used = m.get("workers_used")
+            row = [str(size), n, "-" if used is None else f"{used:.0f}",
+                   _fmt(m.get("start_seconds")) + _ratio(
+                       m.get("start_seconds"), _get(data, b, BASELINE, "start_seconds"))]
+            for k in keys:
+                row.append("-" if m.get(f"efficiency/{k}") is None
+                           else f"{m[f'efficiency/{k}']:.3f}")
+                v = m.get(f"cpu_ms_per_task/{k}")
+                row.append(_fmt(v) + _ratio(v, _get(data, b, BASELINE, f"cpu_ms_per_task/{k}")))
+            row += [_fmt(m.get("parent_rss_mb")), _fmt(m.get("worker_uss_mb"))]
+            rows.append(row)
+    runs = ", ".join(f"{k}N tasks of {d * 1000:g} ms (ideal {k * d:g} s)"
+                     for d, k in cfg.get("scale_runs", []))
     out = ["## 6. Scale", "",
-           f"`Pool(N)` runs {cfg['scale_tasks_per_worker']}N tasks of `time.sleep("
-           f"{cfg['scale_task_seconds']:g})` with chunksize=1 (ideal "
-           f"{cfg['scale_tasks_per_worker'] * cfg['scale_task_seconds']:g} s). Efficiency = "
-           "ideal/actual; the parent's CPU time (all its threads) per task; start = seconds "
-           "until all N workers had run a task (the timed run starts after that); memory in MB: the parent's RSS and one "
-           "idle worker's RSS and USS (pages only that worker holds: forked workers share most "
-           "of theirs with the parent).", ""]
-    out += _table(["N", "contender", "efficiency", "parent CPU ms/task", "start s",
-                   "parent RSS", "worker RSS", "worker USS"], rows)
+           f"One fresh `Pool(N)` per size and contender. Right after asking for it, a map of "
+           f"N tasks of {cfg.get('scale_long_seconds', 0):g} s (chunksize=1): *used* = how "
+           "many distinct workers ran one (N when workers that arrive late still get work). "
+           "*all started* = seconds from asking for the pool until the last worker started "
+           "its first task (check-in rounds after the long map; a worker that got no long "
+           "task starts only after it). Then, every worker up: " + runs + ", chunksize=1: "
+           "efficiency = ideal/actual, and the parent's CPU time (all its threads) per task. "
+           "Memory in MB: the parent's RSS and one idle worker's USS (pages only it holds: "
+           "forked workers share most of theirs with the parent).", ""]
+    header = ["N", "contender", "used", "all started, s"]
+    for k in keys:
+        header += [f"efficiency {k}", f"parent CPU ms/task {k}"]
+    out += _table(header + ["parent RSS", "worker USS"], rows)
+    judged = scale_judged(data)
+    if judged:
+        out += ["", "Targets (issue #19) for fiber at scale:", ""]
+        out += _table(["target", "fiber", "met?"], [
+            [t, d, {True: "met", False: "**not met**", None: "-"}[met]]
+            for t, d, met in judged])
     out += _errors_for(data, [f"scale/{s}" for s in cfg["scale_sizes"]], names)
     out += ["", "![scale](results/scale.png)"]
     return out
@@ -571,20 +644,27 @@ def plots(data: dict, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7)
         save(fig, "bandwidth.png")
     snames = _ran(data, "scale")
-    if any(med.get(f"scale/{s}") for s in cfg["scale_sizes"]):
-        fig, (a1, a2) = plt.subplots(1, 2, figsize=(10, 4))
+    skeys = _scale_keys(cfg)
+    if skeys and any(med.get(f"scale/{s}") for s in cfg["scale_sizes"]):
+        fig, axes = plt.subplots(1, len(skeys) + 1, figsize=(5 * (len(skeys) + 1), 4))
         for n in snames:
             pts = [(s, med.get(f"scale/{s}", {}).get(n)) for s in cfg["scale_sizes"]]
             pts = [(s, m) for s, m in pts if m]
-            if pts:
-                a1.plot([s for s, _ in pts], [m["efficiency"] for _, m in pts], marker="o", label=n)
-                a2.plot([s for s, _ in pts], [m["parent_cpu_ms_per_task"] for _, m in pts],
-                        marker="o", label=n)
-        for ax in (a1, a2):
+            for ax, k in zip(axes, skeys, strict=False):
+                got = [(s, m[f"efficiency/{k}"]) for s, m in pts if f"efficiency/{k}" in m]
+                if got:
+                    ax.plot(*zip(*got, strict=True), marker="o", label=n)
+            got = [(s, m[f"cpu_ms_per_task/{skeys[0]}"]) for s, m in pts
+                   if f"cpu_ms_per_task/{skeys[0]}" in m]
+            if got:
+                axes[-1].plot(*zip(*got, strict=True), marker="o", label=n)
+        for ax, k in zip(axes, skeys, strict=False):
+            ax.set_ylabel(f"efficiency, {k} tasks (ideal / actual)")
+            ax.set_ylim(0, 1.05)
+        axes[-1].set_ylabel(f"parent CPU ms per task ({skeys[0]})")
+        for ax in axes:
             ax.set_xscale("log", base=2)
             ax.set_xlabel("workers N")
-        a1.set_ylabel("efficiency (ideal / actual)")
-        a2.set_ylabel("parent CPU ms per task")
-        a1.legend(fontsize=7)
+        axes[0].legend(fontsize=7)
         save(fig, "scale.png")
     return written

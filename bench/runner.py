@@ -33,7 +33,7 @@ MODES: dict[str, dict] = {
         "reps": 1, "workers": 2, "durations": [0.01], "ideal": 0.1,
         "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20, "latency_seconds": 2,
         "cold_sizes": [2], "heavy_cap": 2, "cold_timeout": 60, "cold_from_session": True,
-        "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
+        "scale_sizes": [4], "scale_long_seconds": 0.2, "scale_runs": [[0.05, 2]],
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
         "shared_reps": 1, "shared_budget": 0.05,
@@ -47,7 +47,8 @@ MODES: dict[str, dict] = {
         # of 50 in the first repetition only; bandwidth samples: 3 to 20 per size, as
         # many as fit in bw_seconds
         "cold_from_session": True, "big_cold_reps": 1,
-        "scale_sizes": [16, 48], "scale_task_seconds": 0.5, "scale_tasks_per_worker": 2,
+        # one large size: a map of N tasks of 3 s on a fresh pool, then 10 x N of 100 ms
+        "scale_sizes": [256], "scale_long_seconds": 3.0, "scale_runs": [[0.1, 10]],
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 2000, "bw_seconds": 1.0,
         "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
@@ -62,8 +63,8 @@ MODES: dict[str, dict] = {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
         "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000, "latency_seconds": 10,
         "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
-        "scale_sizes": [32, 128, 256, 512, 1024], "scale_task_seconds": 1.0,
-        "scale_tasks_per_worker": 2,
+        "scale_sizes": [64, 256, 1024], "scale_long_seconds": 3.0,
+        "scale_runs": [[0.1, 10], [1.0, 2]],
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,

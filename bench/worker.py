@@ -113,9 +113,10 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
     import psutil
 
     contender = by_name([name])[0]
-    per_worker_mb = 60.0
+    per_worker_mb = 40.0  # a guess until the first size has measured a worker's USS
+    runs = [tuple(r) for r in cfg["scale_runs"]]
     for n in cfg["scale_sizes"]:
-        need = n * per_worker_mb * 2**20 * 1.5
+        need = n * per_worker_mb * 2**20 * 1.2
         avail = psutil.virtual_memory().available
         if need > 0.6 * avail:
             result["errors"][f"scale/{n}"] = (
@@ -123,11 +124,10 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
                 f"the {avail / 2**30:.1f} GiB available")
             continue
         _record(result, f"scale/{n}", lambda n=n: measure.scale(
-            contender.start, n, cfg["scale_task_seconds"], cfg["scale_tasks_per_worker"],
-            cfg["cold_timeout"]))
+            contender.start, n, cfg["scale_long_seconds"], runs, cfg["cold_timeout"]))
         got = result["metrics"].get(f"scale/{n}")
-        if got:
-            per_worker_mb = max(got["worker_rss_mb"], 5.0)
+        if got and got.get("worker_uss_mb"):
+            per_worker_mb = max(got["worker_uss_mb"], 5.0)
 
 
 def _module(name: str) -> Any:
