@@ -151,6 +151,8 @@ def run_ipc(name: str, cfg: dict, result: dict) -> None:
     if name != "mp-spawn":
         _record(result, "bandwidth", lambda: bandwidth.transfers(
             module, cfg["bw_sizes"], cfg["bw_budget_mb"], cfg.get("bw_seconds")))
+    if name.startswith("fiber"):
+        _record(result, "bandwidth_path", lambda: bandwidth.through_shared_memory(module))
     _record(result, "process_start", lambda: measure.process_start(module, cfg["process_count"]))
 
 
