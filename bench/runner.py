@@ -49,6 +49,7 @@ MODES: dict[str, dict] = {
         "cold_from_session": True, "big_cold_reps": 1,
         # one large size: a map of N tasks of 3 s on a fresh pool, then 10 x N of 100 ms
         "scale_sizes": [256], "scale_long_seconds": 3.0, "scale_runs": [[0.1, 10]],
+        "scale_timeout": 600, "scale_start_timeout": 300,
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 2000, "bw_seconds": 1.0,
         "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
@@ -64,7 +65,7 @@ MODES: dict[str, dict] = {
         "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000, "latency_seconds": 10,
         "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
         "scale_sizes": [64, 256, 1024], "scale_long_seconds": 3.0,
-        "scale_runs": [[0.1, 10], [1.0, 2]],
+        "scale_runs": [[0.1, 10], [1.0, 2]], "scale_start_timeout": 600,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
@@ -103,12 +104,13 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     fd, out = tempfile.mkstemp(prefix="fiber-bench-", suffix=".json")
     os.close(fd)
     spec = json.dumps({"kind": kind, "contender": contender, "config": cfg})
+    limit = cfg.get(f"{kind}_timeout", cfg["timeout"])  # a kind may need longer (scale)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "bench.worker", spec, out], cwd=REPO,
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        _, stderr = proc.communicate(timeout=cfg["timeout"])
+        _, stderr = proc.communicate(timeout=limit)
         result = json.loads(Path(out).read_text() or "{}")
         if not result:
             result = {"metrics": {}, "errors": {
@@ -116,7 +118,7 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: ours alone
         _, stderr = proc.communicate()
-        result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"},
+        result = {"metrics": {}, "errors": {"worker": f"timed out after {limit} s"},
                   "stderr_tail": stderr if len(stderr) < 12000 else stderr[:4000] + "\n[...]\n" + stderr[-8000:]}
     except json.JSONDecodeError:
         result = {"metrics": {}, "errors": {"worker": f"exited {proc.returncode} without results"}}

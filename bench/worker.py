@@ -124,7 +124,8 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
                 f"the {avail / 2**30:.1f} GiB available")
             continue
         _record(result, f"scale/{n}", lambda n=n: measure.scale(
-            contender.start, n, cfg["scale_long_seconds"], runs, cfg["cold_timeout"]))
+            contender.start, n, cfg["scale_long_seconds"], runs,
+            cfg.get("scale_start_timeout", cfg["cold_timeout"])))
         got = result["metrics"].get(f"scale/{n}")
         if got and got.get("worker_uss_mb"):
             per_worker_mb = max(got["worker_uss_mb"], 5.0)
@@ -190,7 +191,8 @@ def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     logging.basicConfig(level=logging.WARNING)
     # Shortly before the orchestrator's time limit, show where every thread is stuck.
-    faulthandler.dump_traceback_later(max(5.0, spec["config"]["timeout"] - 15), exit=False)
+    limit = spec["config"].get(f"{spec['kind']}_timeout", spec["config"]["timeout"])
+    faulthandler.dump_traceback_later(max(5.0, limit - 15), exit=False)
     result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}, "bench_seconds": {}}
     try:
         KINDS[spec["kind"]](spec["contender"], spec["config"], result)
