@@ -49,7 +49,7 @@ MODES: dict[str, dict] = {
         "cold_from_session": True, "big_cold_reps": 1,
         # one large size: a map of N tasks of 3 s on a fresh pool, then 10 x N of 100 ms
         "scale_sizes": [256], "scale_long_seconds": 3.0, "scale_runs": [[0.1, 10]],
-        "scale_timeout": 600, "scale_start_timeout": 300,
+        "scale_timeout": 600, "scale_start_timeout": 300, "spawn_scale_cap": 256,
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 2000, "bw_seconds": 1.0,
         "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
@@ -66,6 +66,7 @@ MODES: dict[str, dict] = {
         "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
         "scale_sizes": [64, 256, 1024], "scale_long_seconds": 3.0,
         "scale_runs": [[0.1, 10], [1.0, 2]], "scale_start_timeout": 600,
+        "spawn_scale_cap": 256,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,

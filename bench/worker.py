@@ -116,6 +116,12 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
     per_worker_mb = 40.0  # a guess until the first size has measured a worker's USS
     runs = [tuple(r) for r in cfg["scale_runs"]]
     for n in cfg["scale_sizes"]:
+        cap = cfg.get("spawn_scale_cap")
+        if name == "mp-spawn" and cap and n > cap:
+            result["errors"][f"scale/{n}"] = (
+                f"not run: above {cap} workers (a spawn pool starts its workers one after "
+                "another, each a fresh interpreter: minutes at 1,024 on 2 cores)")
+            continue
         need = n * per_worker_mb * 2**20 * 1.2
         avail = psutil.virtual_memory().available
         if need > 0.6 * avail:
