@@ -221,10 +221,17 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                                - started).total_seconds()
     data = {"meta": meta, "contenders": status, "runs": runs, "summary": summarize(runs)}
     (out_dir / "latest.json").write_text(json.dumps(data, indent=1, default=str))
-    results_md.write_text(report.markdown(data))
+    results_md.write_text(_plots_beside(report.markdown(data), out_dir, results_md))
     if plots:
         report.plots(data, out_dir)
     return data
+
+
+def _plots_beside(md: str, out_dir: Path, results_md: Path) -> str:
+    """The report links its plots as ``results/NAME.png`` (bench/RESULTS.md's view);
+    point them at ``out_dir`` as seen from ``results_md``."""
+    rel = Path(os.path.relpath(out_dir.resolve(), results_md.resolve().parent)).as_posix()
+    return md if rel == "results" else md.replace("](results/", f"]({rel}/")
 
 
 def final_status(status: dict, runs: list[dict]) -> None:
@@ -248,7 +255,7 @@ def rerender(json_path: Path, results_md: Path, plots: bool = True) -> dict:
             st["status"] = "ran"
     final_status(data["contenders"], data["runs"])
     data["summary"] = summarize(data["runs"])
-    results_md.write_text(report.markdown(data))
+    results_md.write_text(_plots_beside(report.markdown(data), json_path.parent, results_md))
     if plots:
         report.plots(data, json_path.parent)
     return data
