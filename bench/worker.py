@@ -122,11 +122,11 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
                 f"not run: above {cap} workers (a spawn pool starts its workers one after "
                 "another, each a fresh interpreter: minutes at 1,024 on 2 cores)")
             continue
-        need = n * per_worker_mb * 2**20 * 1.2
+        need = n * per_worker_mb * 2**20
         avail = psutil.virtual_memory().available
-        if need > 0.6 * avail:
+        if need > 0.85 * avail:
             result["errors"][f"scale/{n}"] = (
-                f"not run: {n} workers x ~{per_worker_mb:.0f} MB would use more than 60% of "
+                f"not run: {n} workers x ~{per_worker_mb:.0f} MB would use more than 85% of "
                 f"the {avail / 2**30:.1f} GiB available")
             continue
         _record(result, f"scale/{n}", lambda n=n: measure.scale(
