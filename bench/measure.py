@@ -179,6 +179,8 @@ def scale(start: Callable[[int], Session], n: int, long_seconds: float,
        ``d`` (chunksize=1): ``efficiency/<d>`` (ideal ``k*d`` / actual) and
        ``cpu_ms_per_task/<d>``, the parent's CPU time (all its threads) per task.
     4. Memory: the parent's RSS, one idle worker's RSS and USS (pages only it holds).
+
+    ``hosts`` is how many distinct host names the workers reported.
     """
     import psutil
 
@@ -205,6 +207,7 @@ def scale(start: Callable[[int], Session], n: int, long_seconds: float,
                 tally.append(pid)
         out["start_seconds"] = max(first.values()) - wall0
         out["distinct_workers"] = len(first)
+        out["hosts"] = len({host for host, _ in first})  # where the workers ran
         for d, k in runs:
             key = f"{d * 1000:g}ms"
             count = n * k

@@ -525,7 +525,8 @@ def _scale(data: dict) -> list[str]:
             if not m:
                 continue
             used = m.get("workers_used")
-            row = [str(size), n, "-" if used is None else f"{used:.0f}",
+            row = [str(size), n + (f" ({m['hosts']:.0f} hosts)" if m.get("hosts", 1) > 1 else ""),
+                   "-" if used is None else f"{used:.0f}",
                    _fmt(m.get("start_seconds")) + _ratio(
                        m.get("start_seconds"), _get(data, b, BASELINE, "start_seconds"))]
             for k in keys:
