@@ -22,8 +22,8 @@ TARGETS_TEXT = {
 # Limits each backend is held to (issue #19: a backend is judged against targets that fit
 # it). The local ones are the project's targets. A cluster backend's jobs are started by
 # its engine (a container runtime, an ssh connection per job, a batch scheduler, the
-# Kubernetes scheduler and kubelet) and its pool talks TCP across a bridge to another
-# network namespace, so: a round trip of two TCP hops within 250 us, a map of 1 ms tasks
+# Kubernetes scheduler and kubelet) and on a cluster its pool talks TCP to other hosts (the
+# test engines: across a bridge to another network namespace, or locally for slurm), so: a round trip of two TCP hops within 250 us, a map of 1 ms tasks
 # within 1.15x ideal, rounds (one round trip per 1 ms round) within 1.5x, throughput at
 # least half of local multiprocessing's, and the cold start of the 5 workers the pool
 # benchmarks use within the engine's job start budget. Pipe bandwidth is judged only when
@@ -207,8 +207,8 @@ def markdown(data: dict) -> str:
     lines += ["", f"## Targets for fiber ({backend} backend)", ""]
     if backend != "local":
         lines += [f"Limits fitting the `{backend}` backend (bench/report.py BACKEND_LIMITS: its "
-                  "jobs start through its engine and its pool talks TCP to another network "
-                  "namespace), not the local backend's.", ""]
+                  "jobs start through its engine, and on a cluster its pool talks TCP to other "
+                  "hosts), not the local backend's.", ""]
     if f is None or not any(data["summary"]["medians"].get(b, {}).get(f)
                             for b in ("overhead", "startup")):
         lines.append("fiber was not measured in this run (see Contenders).")
