@@ -456,8 +456,32 @@ def _floor_section(data: dict) -> list[str]:
     return floor.section(data)
 
 
+def _scale_runs(cfg: dict) -> list[tuple[float, int]]:
+    """The timed runs of the scale rows (results from before issue #19 had one)."""
+    if "scale_runs" in cfg:
+        return [(d, k) for d, k in cfg["scale_runs"]]
+    if "scale_task_seconds" in cfg:
+        return [(cfg["scale_task_seconds"], cfg.get("scale_tasks_per_worker", 2))]
+    return []
+
+
 def _scale_keys(cfg: dict) -> list[str]:
-    return [f"{d * 1000:g}ms" for d, _ in cfg.get("scale_runs", [])]
+    return [f"{d * 1000:g}ms" for d, _ in _scale_runs(cfg)]
+
+
+def _legacy_scale(med: dict, cfg: dict) -> None:
+    """Results from before issue #19 name their one run's metrics without a task length:
+    give them the new names (in place)."""
+    if "scale_runs" in cfg or "scale_task_seconds" not in cfg:
+        return
+    key = _scale_keys(cfg)[0]
+    for bench, per in med.items():
+        if not bench.startswith("scale/"):
+            continue
+        for m in per.values():
+            if "efficiency" in m and not any(k.startswith("efficiency/") for k in m):
+                m[f"efficiency/{key}"] = m["efficiency"]
+                m[f"cpu_ms_per_task/{key}"] = m.get("parent_cpu_ms_per_task")
 
 
 # Issue #19's scale targets: (N, text, check(fiber metrics, mp-fork metrics) -> (value, met))
@@ -515,6 +539,7 @@ def scale_judged(data: dict, name: str | None = None) -> list[tuple[str, str, bo
 
 def _scale(data: dict) -> list[str]:
     cfg = data["meta"]["config"]
+    _legacy_scale(data["summary"]["medians"], cfg)
     names = _ran(data, "scale")
     keys = _scale_keys(cfg)
     rows = []
@@ -537,7 +562,7 @@ def _scale(data: dict) -> list[str]:
             row += [_fmt(m.get("parent_rss_mb")), _fmt(m.get("worker_uss_mb"))]
             rows.append(row)
     runs = ", ".join(f"{k}N tasks of {d * 1000:g} ms (ideal {k * d:g} s)"
-                     for d, k in cfg.get("scale_runs", []))
+                     for d, k in _scale_runs(cfg))
     out = ["## 6. Scale", "",
            f"One fresh `Pool(N)` per size and contender. Right after asking for it, a map of "
            f"N tasks of {cfg.get('scale_long_seconds', 0):g} s (chunksize=1): *used* = how "
@@ -728,6 +753,7 @@ def plots(data: dict, out_dir: Path) -> list[Path]:
         ax.legend(fontsize=7)
         save(fig, "bandwidth.png")
     snames = _ran(data, "scale")
+    _legacy_scale(med, cfg)
     skeys = _scale_keys(cfg)
     if skeys and any(med.get(f"scale/{s}") for s in cfg["scale_sizes"]):
         fig, axes = plt.subplots(1, len(skeys) + 1, figsize=(5 * (len(skeys) + 1), 4))

@@ -166,3 +166,18 @@ def test_every_mode_plans_the_floor_for_local_fiber_only():
         assert mode["floor_blocks"] >= 1 and mode["floor_calls"] >= 10
     assert runner.MODES["full"]["scale_sizes"] == [64, 256, 1024]
     assert runner.MODES["quick"]["scale_sizes"] == [256]
+
+
+def test_results_from_before_the_scale_rows_still_render():
+    """Hand-written medians in the old layout (one run, ``efficiency`` without a task
+    length): ``python -m bench report`` on an old latest.json keeps its scale table."""
+    data = _summary("local", {"scale/16": {"fiber": {
+        "efficiency": 0.997, "parent_cpu_ms_per_task": 0.41, "start_seconds": 0.9,
+        "parent_rss_mb": 70.0, "worker_uss_mb": 6.8}}})
+    cfg = data["meta"]["config"]
+    del cfg["scale_runs"]
+    cfg.update(scale_sizes=[16], scale_task_seconds=0.5, scale_tasks_per_worker=2)
+    data["runs"] = [{"kind": "scale", "contender": "fiber"}]
+    row = next(line for line in report._scale(data) if line.startswith("| 16 | fiber"))
+    assert "| 0.997 |" in row and "0.41" in row
+
