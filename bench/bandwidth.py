@@ -124,3 +124,34 @@ def transfers(module: Any, sizes_mb: list[int], budget_mb: int,
             p.terminate()
             p.join(10)
     return out
+
+
+def _send_host_token(conn: Any) -> None:
+    """Child: send this process's shared-memory host token (None: not usable)."""
+    from fiber.wire import shm
+
+    conn.send(shm.host_token())
+    conn.close()
+
+
+def through_shared_memory(module: Any) -> dict:
+    """Whether fiber's large transfers to a child went through shared memory: a child
+    ``module.Process`` reports its host token; ``shm/same_host`` is 1.0 when it equals
+    this process's (both on this host with shared memory on: the Pipe and Queue figures
+    above did not cross a network), else 0.0."""
+    from fiber.wire import shm
+
+    parent, child = module.Pipe()
+    p = module.Process(target=_send_host_token, args=(child,))
+    p.start()
+    try:
+        if not parent.poll(120):
+            raise TimeoutError("the child did not report its host token within 120 s")
+        theirs = parent.recv()
+        p.join(60)
+    finally:
+        if p.is_alive():
+            p.terminate()
+            p.join(10)
+    mine = shm.host_token()
+    return {"shm/same_host": 1.0 if mine is not None and theirs == mine else 0.0}

@@ -164,42 +164,65 @@ def _cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
-def scale(start: Callable[[int], Session], n: int, task_seconds: float, tasks_per_worker: int,
-          start_timeout: float = 600) -> dict:
-    """``Pool(n)`` running ``n*tasks_per_worker`` sleeps of ``task_seconds`` (chunksize=1):
-    efficiency (ideal/actual), the parent's CPU seconds per task, the seconds until all
-    ``n`` workers have run a task, and memory
-    of the parent and of one idle worker (RSS, and USS: the pages only it holds)."""
+def scale(start: Callable[[int], Session], n: int, long_seconds: float,
+          runs: list[tuple[float, int]], start_timeout: float = 600) -> dict:
+    """One fresh ``Pool(n)`` at scale.
+
+    1. Right after asking for the pool, a map of ``n`` tasks of ``long_seconds``
+       (chunksize=1): ``workers_used`` is how many distinct workers ran one (``n`` when
+       workers that arrive late still get work); ``long_map_seconds`` its time.
+    2. Check-in rounds (as in :func:`cold_start`) until all ``n`` workers have run a
+       task: ``start_seconds`` is from asking for the pool until the last worker's first
+       task (counting the long map's tasks: when it left workers without one, they
+       started their first task only after it).
+    3. With every worker up, for each ``(d, k)`` of ``runs``: a map of ``k*n`` sleeps of
+       ``d`` (chunksize=1): ``efficiency/<d>`` (ideal ``k*d`` / actual) and
+       ``cpu_ms_per_task/<d>``, the parent's CPU time (all its threads) per task.
+    4. Memory: the parent's RSS, one idle worker's RSS and USS (pages only it holds).
+
+    ``hosts`` is how many distinct host names the workers reported.
+    """
     import psutil
 
     rendezvous = tempfile.mkdtemp(prefix="fiber-bench-scale-")
+    wall0 = time.time()
     t0 = time.perf_counter()
     session = start(n)
     try:
-        # Wait until every worker is up (as in cold_start), so that the timed run
-        # measures the pool at work, not workers still starting.
-        pids: list[int] = []
-        while len(set(pids)) < n:
+        out: dict[str, float] = {}
+        first: dict[tuple[str, int], float] = {}  # (host, pid) -> its first task's time
+        tally: list[int] = []
+        if long_seconds > 0:
+            t, got = _timed(session.map, tasks.sleep_checkin, [long_seconds] * n, 1)
+            for pid, host, stamp in got:
+                first.setdefault((host, pid), stamp)
+            out["workers_used"] = len(first)
+            out["long_map_seconds"] = t
+        while len(first) < n:
             if time.perf_counter() - t0 > start_timeout:
-                raise TimeoutError(f"only {len(set(pids))} of {n} workers started "
+                raise TimeoutError(f"only {len(first)} of {n} workers started "
                                    f"within {start_timeout:g} s")
-            pids += [pid for pid, _, _ in
-                     session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1)]
-        started = time.perf_counter() - t0
-        count = n * tasks_per_worker
-        cpu0 = _cpu_seconds()
-        t, _ = _timed(session.map, tasks.sleep, [task_seconds] * count, 1)
-        cpu = _cpu_seconds() - cpu0
+            for pid, host, stamp in session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1):
+                first.setdefault((host, pid), stamp)
+                tally.append(pid)
+        out["start_seconds"] = max(first.values()) - wall0
+        out["distinct_workers"] = len(first)
+        out["hosts"] = len({host for host, _ in first})  # where the workers ran
+        for d, k in runs:
+            key = f"{d * 1000:g}ms"
+            count = n * k
+            cpu0 = _cpu_seconds()
+            t, _ = _timed(session.map, tasks.sleep, [d] * count, 1)
+            cpu = _cpu_seconds() - cpu0
+            out[f"efficiency/{key}"] = d * k / t
+            out[f"cpu_ms_per_task/{key}"] = cpu / count * 1000
         me = psutil.Process()
-        out = {"start_seconds": started, "seconds": t,
-               "efficiency": task_seconds * tasks_per_worker / t,
-               "parent_cpu_ms_per_task": cpu / count * 1000,
-               "parent_rss_mb": me.memory_info().rss / 2**20}
-        worker = psutil.Process(max(set(pids), key=pids.count))
-        info = worker.memory_full_info()
-        out["worker_rss_mb"] = info.rss / 2**20
-        out["worker_uss_mb"] = info.uss / 2**20
-        out["distinct_workers"] = len(set(pids))
+        out["parent_rss_mb"] = me.memory_info().rss / 2**20
+        pid = max(set(tally), key=tally.count) if tally else next(iter(first))[1]
+        if psutil.pid_exists(pid):
+            info = psutil.Process(pid).memory_full_info()
+            out["worker_rss_mb"] = info.rss / 2**20
+            out["worker_uss_mb"] = info.uss / 2**20
         return out
     finally:
         session.close()

@@ -33,12 +33,13 @@ MODES: dict[str, dict] = {
         "reps": 1, "workers": 2, "durations": [0.01], "ideal": 0.1,
         "throughput_seconds": 0.1, "throughput_max": 2000, "latency_calls": 20, "latency_seconds": 2,
         "cold_sizes": [2], "heavy_cap": 2, "cold_timeout": 60, "cold_from_session": True,
-        "scale_sizes": [4], "scale_task_seconds": 0.05, "scale_tasks_per_worker": 2,
+        "scale_sizes": [4], "scale_long_seconds": 0.2, "scale_runs": [[0.05, 2]],
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
         "shared_reps": 1, "shared_budget": 0.05,
         "faults_reps": 1, "faults_tasks": 400, "faults_task_seconds": 0.01,
         "faults_workers": 2, "faults_outage": 1.0,
+        "floor_blocks": 1, "floor_calls": 20, "floor_rounds": 10,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -48,7 +49,9 @@ MODES: dict[str, dict] = {
         # of 50 in the first repetition only; bandwidth samples: 3 to 20 per size, as
         # many as fit in bw_seconds
         "cold_from_session": True, "big_cold_reps": 1,
-        "scale_sizes": [16, 48], "scale_task_seconds": 0.5, "scale_tasks_per_worker": 2,
+        # one large size: a map of N tasks of 3 s on a fresh pool, then 10 x N of 100 ms
+        "scale_sizes": [256], "scale_long_seconds": 3.0, "scale_runs": [[0.1, 10]],
+        "scale_timeout": 600, "scale_start_timeout": 300, "spawn_scale_cap": 256,
         "bw_sizes": [1, 16, 100], "bw_budget_mb": 2000, "bw_seconds": 1.0,
         "process_count": 10, "timeout": 300,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1,
@@ -59,19 +62,23 @@ MODES: dict[str, dict] = {
         # faults (--kinds faults only): 5,000 tasks of 20 ms on 10 workers, 10 s outage
         "faults_reps": 1, "faults_tasks": 5000, "faults_task_seconds": 0.02,
         "faults_workers": 10, "faults_outage": 10.0,
+        # the floor (raw Unix sockets) against fiber and mp-fork: blocks of calls/rounds
+        "floor_blocks": 5, "floor_calls": 200, "floor_rounds": 100,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
         "throughput_seconds": 1.0, "throughput_max": 100000, "latency_calls": 1000, "latency_seconds": 10,
         "cold_sizes": [5, 50, 256], "heavy_cap": 50, "cold_timeout": 600,
-        "scale_sizes": [32, 128, 256, 512, 1024], "scale_task_seconds": 1.0,
-        "scale_tasks_per_worker": 2,
+        "scale_sizes": [64, 256, 1024], "scale_long_seconds": 3.0,
+        "scale_runs": [[0.1, 10], [1.0, 2]], "scale_start_timeout": 600,
+        "spawn_scale_cap": 256,
         "bw_sizes": [1, 4, 16, 64, 100, 256], "bw_budget_mb": 1500, "process_count": 30,
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
         "shared_reps": 5, "shared_budget": 0.5,
         "faults_reps": 3, "faults_tasks": 5000, "faults_task_seconds": 0.02,
         "faults_workers": 10, "faults_outage": 10.0,
+        "floor_blocks": 9, "floor_calls": 500, "floor_rounds": 200,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -79,7 +86,8 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
 # "shared": fiber only; its run measures multiprocessing's shared objects too
 # "faults": fiber only, and only when asked for (--kinds faults: it freezes engines)
-KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults")
+# "floor": fiber (local) only; its run measures raw sockets and mp-fork too (bench/floor.py)
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor")
 
 
 def _env() -> dict[str, str]:
@@ -105,12 +113,13 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     fd, out = tempfile.mkstemp(prefix="fiber-bench-", suffix=".json")
     os.close(fd)
     spec = json.dumps({"kind": kind, "contender": contender, "config": cfg})
+    limit = cfg.get(f"{kind}_timeout", cfg["timeout"])  # a kind may need longer (scale)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "bench.worker", spec, out], cwd=REPO,
                             env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
-        _, stderr = proc.communicate(timeout=cfg["timeout"])
+        _, stderr = proc.communicate(timeout=limit)
         result = json.loads(Path(out).read_text() or "{}")
         if not result:
             result = {"metrics": {}, "errors": {
@@ -118,7 +127,7 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the worker's own session: ours alone
         _, stderr = proc.communicate()
-        result = {"metrics": {}, "errors": {"worker": f"timed out after {cfg['timeout']} s"},
+        result = {"metrics": {}, "errors": {"worker": f"timed out after {limit} s"},
                   "stderr_tail": stderr if len(stderr) < 12000 else stderr[:4000] + "\n[...]\n" + stderr[-8000:]}
     except json.JSONDecodeError:
         result = {"metrics": {}, "errors": {"worker": f"exited {proc.returncode} without results"}}
@@ -134,7 +143,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": [], "faults": []}
+                                  "shared": [], "faults": [], "floor": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -155,6 +164,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             jobs["faults"].append(c.name)
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
+                jobs["floor"].append(c.name)
     jobs["ipc"].append("memcpy")
     if kinds is None:  # faults only when asked for
         jobs = {k: v for k, v in jobs.items() if k != "faults"}
@@ -224,10 +234,17 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                                - started).total_seconds()
     data = {"meta": meta, "contenders": status, "runs": runs, "summary": summarize(runs)}
     (out_dir / "latest.json").write_text(json.dumps(data, indent=1, default=str))
-    results_md.write_text(report.markdown(data))
+    results_md.write_text(_plots_beside(report.markdown(data), out_dir, results_md))
     if plots:
         report.plots(data, out_dir)
     return data
+
+
+def _plots_beside(md: str, out_dir: Path, results_md: Path) -> str:
+    """The report links its plots as ``results/NAME.png`` (bench/RESULTS.md's view);
+    point them at ``out_dir`` as seen from ``results_md``."""
+    rel = Path(os.path.relpath(out_dir.resolve(), results_md.resolve().parent)).as_posix()
+    return md if rel == "results" else md.replace("](results/", f"]({rel}/")
 
 
 def final_status(status: dict, runs: list[dict]) -> None:
@@ -251,7 +268,7 @@ def rerender(json_path: Path, results_md: Path, plots: bool = True) -> dict:
             st["status"] = "ran"
     final_status(data["contenders"], data["runs"])
     data["summary"] = summarize(data["runs"])
-    results_md.write_text(report.markdown(data))
+    results_md.write_text(_plots_beside(report.markdown(data), json_path.parent, results_md))
     if plots:
         report.plots(data, json_path.parent)
     return data

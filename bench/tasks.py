@@ -70,3 +70,13 @@ def checkin(args: tuple[str, int, float]) -> tuple[int, str, float]:
             break
         time.sleep(0.005)
     return pid, socket.gethostname(), _first_task
+
+
+def sleep_checkin(d: float) -> tuple[int, str, float]:
+    """Sleep ``d`` seconds; return ``(pid, host name, wall-clock time of this process's
+    first task)`` (the first task being this one or an earlier :func:`checkin`)."""
+    global _first_task
+    if _first_task is None:
+        _first_task = time.time()
+    time.sleep(d)
+    return os.getpid(), socket.gethostname(), _first_task

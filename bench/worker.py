@@ -113,21 +113,28 @@ def run_scale(name: str, cfg: dict, result: dict) -> None:
     import psutil
 
     contender = by_name([name])[0]
-    per_worker_mb = 60.0
+    per_worker_mb = 40.0  # a guess until the first size has measured a worker's USS
+    runs = [tuple(r) for r in cfg["scale_runs"]]
     for n in cfg["scale_sizes"]:
-        need = n * per_worker_mb * 2**20 * 1.5
-        avail = psutil.virtual_memory().available
-        if need > 0.6 * avail:
+        cap = cfg.get("spawn_scale_cap")
+        if name == "mp-spawn" and cap and n > cap:
             result["errors"][f"scale/{n}"] = (
-                f"not run: {n} workers x ~{per_worker_mb:.0f} MB would use more than 60% of "
+                f"not run: above {cap} workers (a spawn pool starts its workers one after "
+                "another, each a fresh interpreter: minutes at 1,024 on 2 cores)")
+            continue
+        need = n * per_worker_mb * 2**20
+        avail = psutil.virtual_memory().available
+        if need > 0.85 * avail:
+            result["errors"][f"scale/{n}"] = (
+                f"not run: {n} workers x ~{per_worker_mb:.0f} MB would use more than 85% of "
                 f"the {avail / 2**30:.1f} GiB available")
             continue
         _record(result, f"scale/{n}", lambda n=n: measure.scale(
-            contender.start, n, cfg["scale_task_seconds"], cfg["scale_tasks_per_worker"],
-            cfg["cold_timeout"]))
+            contender.start, n, cfg["scale_long_seconds"], runs,
+            cfg.get("scale_start_timeout", cfg["cold_timeout"])))
         got = result["metrics"].get(f"scale/{n}")
-        if got:
-            per_worker_mb = max(got["worker_rss_mb"], 5.0)
+        if got and got.get("worker_uss_mb"):
+            per_worker_mb = max(got["worker_uss_mb"], 5.0)
 
 
 def _module(name: str) -> Any:
@@ -151,6 +158,8 @@ def run_ipc(name: str, cfg: dict, result: dict) -> None:
     if name != "mp-spawn":
         _record(result, "bandwidth", lambda: bandwidth.transfers(
             module, cfg["bw_sizes"], cfg["bw_budget_mb"], cfg.get("bw_seconds")))
+    if name.startswith("fiber"):
+        _record(result, "bandwidth_path", lambda: bandwidth.through_shared_memory(module))
     _record(result, "process_start", lambda: measure.process_start(module, cfg["process_count"]))
 
 
@@ -180,15 +189,25 @@ def run_faults(name: str, cfg: dict, result: dict) -> None:
         cfg["faults_outage"]))
 
 
+def run_floor(name: str, cfg: dict, result: dict) -> None:
+    """Raw Unix sockets (the floor), fiber and multiprocessing (fork): round trip and
+    rounds, interleaved in this one run (bench/floor.py)."""
+    from bench import floor
+
+    _record(result, "floor", lambda: floor.measure(cfg["floor_blocks"], cfg["floor_calls"],
+                                                   cfg["floor_rounds"]))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
-         "shared": run_shared, "faults": run_faults}
+         "shared": run_shared, "faults": run_faults, "floor": run_floor}
 
 
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[0])
     logging.basicConfig(level=logging.WARNING)
     # Shortly before the orchestrator's time limit, show where every thread is stuck.
-    faulthandler.dump_traceback_later(max(5.0, spec["config"]["timeout"] - 15), exit=False)
+    limit = spec["config"].get(f"{spec['kind']}_timeout", spec["config"]["timeout"])
+    faulthandler.dump_traceback_later(max(5.0, limit - 15), exit=False)
     result: dict = {"metrics": {}, "errors": {}, "tracebacks": {}, "bench_seconds": {}}
     try:
         KINDS[spec["kind"]](spec["contender"], spec["config"], result)

@@ -10,6 +10,9 @@ tests use). It returns the FIBER_SSH_* settings, plus ``FSSH_TEST_STATE`` (the s
 file the tests in tests/ssh read). ``stop()`` runs ``hosts.py down``: kills every process
 left in the namespaces and the sshds by pid, deletes namespaces, bridge and the iptables
 rule it added, and removes the temp dir. ``FSSH_TEST_NET`` forces a /28 subnet (with prefix ``fssh-``).
+``FSSH_TEST_HOSTS`` sets the number of hosts (default 2, at most 13 in a /28) and
+``FSSH_TEST_SLOTS`` the slots of each (default 16): the benchmark's scale rows spread 256
+workers over 8 hosts (``FSSH_TEST_HOSTS=8 FSSH_TEST_SLOTS=40``).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from pathlib import Path
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "scripts" / "engines" / "ssh"
 SLOTS = 16  # per host: 16 pool workers plus a manager fit at once (jobs mostly sleep)
+HOSTS = 2
 
 _state_dir: str | None = None
 
@@ -33,7 +37,8 @@ def start() -> dict[str, str]:
         raise RuntimeError("the ssh test hosts need root (network namespaces, sshd)")
     subprocess.run(["sh", str(SCRIPTS / "install.sh")], check=True, stdin=subprocess.DEVNULL)
     _state_dir = tempfile.mkdtemp(prefix="fiber-ssh-hosts-")
-    argv = [sys.executable, str(SCRIPTS / "hosts.py"), "up", "--dir", _state_dir, "--count", "2",
+    argv = [sys.executable, str(SCRIPTS / "hosts.py"), "up", "--dir", _state_dir, "--count",
+            os.environ.get("FSSH_TEST_HOSTS", str(HOSTS)),
             "--owner", str(os.getpid())]
     if os.environ.get("FSSH_TEST_NET"):
         argv += ["--net", os.environ["FSSH_TEST_NET"], "--prefix", "fssh-"]
@@ -43,7 +48,8 @@ def start() -> dict[str, str]:
         raise RuntimeError(f"cannot start the ssh test hosts: {done.stderr.strip()}")
     state = json.loads(done.stdout)
     return {
-        "FIBER_SSH_HOSTS": ",".join(f"root@{h['address']}:{h['port']}*{SLOTS}"
+        "FIBER_SSH_HOSTS": ",".join(f"root@{h['address']}:{h['port']}*"
+                                    f"{os.environ.get('FSSH_TEST_SLOTS', SLOTS)}"
                                     for h in state["hosts"]),
         "FIBER_SSH_KEY_FILE": state["key_file"],
         "FIBER_SSH_KNOWN_HOSTS": state["known_hosts"],

@@ -2,6 +2,7 @@
 # Start a one-node Slurm test cluster (munged, slurmctld, slurmd) in a state directory.
 #
 # usage: start.sh STATE_DIR CTLD_PORT SLURMD_PORT
+# FSLURM_TEST_CPUS: the node's CPUs, so how many one-CPU jobs run at once (default 64).
 #
 # Installs slurm-wlm and munge with apt when missing, starts munged (unless one is
 # already answering on /run/munge), writes STATE_DIR/slurm.conf and starts slurmctld
@@ -87,7 +88,7 @@ SchedulerParameters=batch_sched_delay=0
 SlurmdParameters=config_overrides
 InactiveLimit=0
 MailProg=/bin/true
-NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=64 RealMemory=16384 State=UNKNOWN
+NodeName=$node NodeHostname=localhost NodeAddr=127.0.0.1 CPUs=${FSLURM_TEST_CPUS:-64} RealMemory=16384 State=UNKNOWN
 PartitionName=fiber Nodes=$node Default=YES MaxTime=INFINITE State=UP
 CONF
 export SLURM_CONF=$state/slurm.conf
