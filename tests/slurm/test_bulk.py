@@ -150,3 +150,25 @@ def test_pool_is_one_array_a_killed_task_is_replaced_and_nothing_is_left(
                 if os.path.exists(path) or os.path.exists(secrets_path(path))]
         assert time.monotonic() < deadline, left
         time.sleep(0.2)
+
+
+def test_array_script_gives_each_task_its_own_environment(tmp_path):
+    """The rendered array script, run by bash with each task id (its exec replaced by
+    printing the environment): each task sees the shared variables and its own, values
+    with quotes and spaces intact; a task id outside the array fails loudly."""
+    specs = [JobSpec(command=["env"], env={"SHARED": "a b 'c'", "OWN": f"it's {i}",
+                                           **({"ONLY_ONE": "x"} if i == 1 else {})},
+                     name=f"t{i}") for i in range(3)]
+    text = script.render_array(specs, {}, str(tmp_path / "out-%a.out"))
+    assert '#SBATCH --array="0-2"' in text and text.count("SHARED=") == 1
+    for i in range(3):
+        done = subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                              env={"PATH": os.environ["PATH"],
+                                   "SLURM_ARRAY_TASK_ID": str(i)})
+        assert done.returncode == 0, done.stderr
+        env = dict(line.split("=", 1) for line in done.stdout.splitlines() if "=" in line)
+        assert env["SHARED"] == "a b 'c'" and env["OWN"] == f"it's {i}"
+        assert ("ONLY_ONE" in env) == (i == 1)
+    done = subprocess.run(["bash", "-c", text], capture_output=True, text=True,
+                          env={"PATH": os.environ["PATH"], "SLURM_ARRAY_TASK_ID": "7"})
+    assert done.returncode == 1 and "not in this job array" in done.stderr
