@@ -1,5 +1,6 @@
 """Command line: ``python -m bench run --quick|--full [--contenders a,b] [--backend NAME]``;
-``python -m bench es [--backend NAME] [--workers 1,2,5]`` (the ES demo's plot, bench/es.py)."""
+``python -m bench es [--backend NAME] [--workers 1,2,5]`` (the ES demo's plot, bench/es.py);
+``python -m bench bulk --backend NAME [--workers 256]`` (jobs in bulk, bench/bulk.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench import es, runner
+from bench import bulk, es, runner
 
 logger = logging.getLogger("fiber.bench")
 
@@ -56,6 +57,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     e.add_argument("--max-steps", type=int, default=500)
     e.add_argument("--threshold", type=float, default=300.0,
                    help="mean reward whose time to reach the plot shows")
+    b = sub.add_parser("bulk", help="Pool(N) to N jobs submitted, terminate() to all "
+                       "gone, on a backend's test engine (bench/bulk.py)")
+    b.add_argument("--backend", required=True)
+    b.add_argument("--workers", type=int, default=256)
+    b.add_argument("--repeat", type=int, default=3)
+    b.add_argument("--out", type=Path, default=runner.REPO / "bench" / "results" / "bulk")
     g = sub.add_parser("report", help="rewrite RESULTS.md and the plots from a results file")
     g.add_argument("--json", type=Path, default=runner.REPO / "bench" / "results" / "latest.json")
     g.add_argument("--results-md", type=Path, default=runner.REPO / "bench" / "RESULTS.md")
@@ -68,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     if args.command == "es":
         return _es(args)
+    if args.command == "bulk":
+        return bulk.main(args, _engine, runner.command_line(argv))
     if args.command == "report":
         if not args.json.exists():
             raise SystemExit(f"error: {args.json} does not exist (run `python -m bench run` first)")

@@ -21,6 +21,13 @@ the jobs:
   answer: the job is not ended by the backend).
 
 Everything else (and every call once the fault is over) is the local backend's own.
+
+Backend ``faulty_bulk`` is the same with the ``bulk`` capability: its ``create_jobs``
+creates a group's jobs one after the other in one call (as a job array would be one
+request), records each call's size (``bulk_calls``; appended as a line to the file
+``FAULTY_BULK_CALLS_FILE`` names, for tests that run a program), and refuses for good
+(:class:`~fiber.backend.JobCreationError`) each spec whose environment holds
+``FAULTY_REFUSE=1``, while the others of its call are created.
 """
 
 from __future__ import annotations
@@ -102,6 +109,32 @@ class FaultyBackend(LocalBackend):
         return super().poll(jobs)
 
 
+#: the sizes of faulty_bulk's create_jobs calls in this process
+bulk_calls: list[int] = []
+
+
+class FaultyBulkBackend(FaultyBackend):
+    name = "faulty_bulk"
+    capabilities = frozenset({"logs", "list_jobs", "bulk"})
+
+    def create_jobs(self, specs: Sequence[JobSpec]) -> list[Job | BaseException]:
+        with _lock:
+            bulk_calls.append(len(specs))
+            record = os.environ.get("FAULTY_BULK_CALLS_FILE")
+            if record:
+                with open(record, "a") as calls:
+                    calls.write(f"{len(specs)}\n")
+        outcomes: list[Job | BaseException] = []
+        for spec in specs:
+            try:
+                if spec.env.get("FAULTY_REFUSE") == "1":
+                    raise JobCreationError(f"injected: job {spec.name} refused")
+                outcomes.append(self.create_job(spec))
+            except Exception as exc:  # noqa: BLE001 - the outcome of this spec
+                outcomes.append(exc)
+        return outcomes
+
+
 @hookimpl
 def fiber_backends() -> dict[str, type[FaultyBackend]]:
-    return {"faulty": FaultyBackend}
+    return {"faulty": FaultyBackend, "faulty_bulk": FaultyBulkBackend}

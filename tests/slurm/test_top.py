@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -64,8 +65,10 @@ def test_top_shows_a_queued_worker_as_pending(slurm_cluster, tmp_path):
         assert workers["starting"] == 0 and workers["lost"] == 0
         by_state = {w["state"]: w for w in pool["worker_list"]}
         queued = by_state["starting"]["job_id"]
-        assert queued.isdigit() and by_state["busy"]["job_id"].isdigit()
-        squeue = subprocess.run(["squeue", "-h", "-j", queued, "-o", "%T"],
+        # Slurm job ids: the two workers start as one job array, tasks <array>_<i>
+        assert re.fullmatch(r"\d+(_\d+)?", queued)
+        assert re.fullmatch(r"\d+(_\d+)?", by_state["busy"]["job_id"])
+        squeue = subprocess.run(["squeue", "-h", "-r", "-j", queued, "-o", "%T"],
                                 capture_output=True, text=True, check=True).stdout
         assert squeue.strip() == "PENDING"
         done = pool["tasks"]["done"]

@@ -51,6 +51,21 @@ def test_jobs_spread_over_both_hosts(make_backend, ssh_hosts):
         backend.release(job)
 
 
+def test_a_group_created_at_once_spreads_over_both_hosts(make_backend, ssh_hosts):
+    """create_jobs (the contract's default: create_job for each, several at once, as a
+    pool's group): the jobs go to the host with the most free slots each, two and two,
+    not all to the first."""
+    backend = make_backend(ssh_hosts=hosts_of(ssh_hosts))
+    jobs = backend.create_jobs([spec(SLEEP) for _ in range(4)])
+    assert all(not isinstance(job, BaseException) for job in jobs), jobs
+    names = sorted(running_hostname(backend, job) for job in jobs)
+    assert names == ["h1", "h1", "h2", "h2"]
+    assert backend.terminate_jobs(jobs) == {}
+    for job in jobs:
+        assert backend.wait(job, 30).state is JobState.CANCELLED
+        backend.release(job)
+
+
 def test_full_hosts_make_jobs_wait_for_a_slot(make_backend, ssh_hosts):
     backend = make_backend(ssh_hosts=hosts_of(ssh_hosts), ssh_when_full="wait")
     jobs = [backend.create_job(spec(SLEEP)) for _ in range(4)]

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 from fiber.backend import secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.runtime import config, popen_payload, retry, run, teardown
+from fiber.runtime import config, popen_payload, retry, run, submit, teardown
 from fiber.runtime.monitor import in_outage, monitor_for
 from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
@@ -230,7 +230,7 @@ class JobPopen:
         try:
             spec = self._job_spec(cfg, process_obj, meta)
             self.job: Job = retry.call(self.backend.name, "create a job",
-                                       lambda: self.backend.create_job(spec),
+                                       lambda: submit.create(self.backend, spec),
                                        float(cfg.backend_retry_timeout))
         except BaseException:
             self.hub.remove_channel(self.cid)

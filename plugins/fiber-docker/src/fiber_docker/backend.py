@@ -77,6 +77,10 @@ class DockerBackend(Backend):
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
     secrets_delivery = "private"  # a file copied into the container (secretfile)
+    # create_jobs/terminate_jobs (the contract's defaults) make this many engine calls
+    # at once, from threads sharing the client (docker-py's client is safe to share):
+    # below docker-py's connection pool of 10, so no call waits for a connection
+    max_parallel_calls = 8
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

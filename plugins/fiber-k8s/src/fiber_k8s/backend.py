@@ -46,6 +46,10 @@ class KubernetesBackend(Backend):
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
     secrets_delivery = "private"  # a Secret of the run, referenced by the pods
+    # create_jobs/terminate_jobs (the contract's defaults) make this many API calls at
+    # once, from threads sharing one ApiClient (urllib3's pool is thread-safe; its
+    # default size is 5 per core, 10 on the smallest machines)
+    max_parallel_calls = 8
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

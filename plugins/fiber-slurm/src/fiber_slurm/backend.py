@@ -14,6 +14,14 @@ output in ``slurm_log_dir`` (mode 0600 in a 0700 directory, on the filesystem th
 compute nodes share), whose path the script exports as ``_FIBER_SECRETS_FILE``. The job
 removes the file once read; :meth:`SlurmBackend.release` removes it in any case, and
 so does a failed submission.
+
+Many jobs at once (:meth:`SlurmBackend.create_jobs`, a pool's group of workers) are one
+*job array* per set of specs that can share one (same command, resources, labels and
+working directory): one ``sbatch --array=0-N-1`` whose script gives each task the
+environment of its spec (:func:`fiber_slurm.script.render_array`), each with its own
+output file (``<name>-<uuid>-<task>.out``) and secrets file next to it. The task
+``i`` of array ``A`` is the fiber job ``A_i``: squeue (with ``-r``, so that pending
+tasks are listed one by one), scancel and scontrol take that id as they take a job's.
 """
 
 from __future__ import annotations
@@ -47,8 +55,12 @@ from fiber_slurm.states import exitcode_from_pair, exitcode_from_wait_status, to
 
 logger = logging.getLogger("fiber.slurm")
 
-# squeue --Format fields; Comment last (it is URL-encoded, so it has no "|" anyway)
-_SQUEUE_FIELDS = ("JobID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
+#: tasks of one job array at most (Slurm's default MaxArraySize is 1001: ids 0-1000)
+MAX_ARRAY = 1000
+
+# squeue --Format fields; Comment last (it is URL-encoded, so it has no "|" anyway).
+# JobArrayID: "A_i" for task i of array A, the job id for any other job
+_SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
 _SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
 _NONE = ("", "(null)", "n/a", "N/A", "None")
 
@@ -97,7 +109,7 @@ class SlurmBackend(Backend):
     """Jobs as Slurm batch jobs (see the module docstring)."""
 
     name = "slurm"
-    capabilities = frozenset({"logs", "list_jobs"})
+    capabilities = frozenset({"logs", "list_jobs", "bulk"})
     secrets_delivery = "private"  # a 0600 file next to the job's output (see above)
 
     def __init__(self, options: Mapping[str, Any]) -> None:
@@ -138,21 +150,99 @@ class SlurmBackend(Backend):
         env = None
         if secrets is not None:
             write_secrets_file(secrets, spec.secrets)
-            # --export=ALL records sbatch's environment: never a secret in it (this
-            # process may be a job of the run, which holds the secret in its own)
-            env = {k: v for k, v in os.environ.items() if k not in spec.secrets}
+            env = self._sbatch_env(spec.secrets)
             spec = replace(spec, env={**spec.env, SECRETS_FILE_ENV: secrets}, secrets={})
         batch = script.render(spec, self.options, output)
+        return self._sbatch(batch, env, f"job {spec.name}")
+
+    @staticmethod
+    def _sbatch_env(names: Mapping[str, str] | set[str]) -> dict[str, str]:
+        """sbatch's environment: --export=ALL records it, so never a secret in it
+        (this process may be a job of the run, which holds the secret in its own)."""
+        return {k: v for k, v in os.environ.items() if k not in names}
+
+    def _sbatch(self, batch: str, env: dict[str, str] | None, what: str) -> tuple[str, str]:
+        """Submit ``batch``; the job id and sbatch's stderr."""
         done = self.commands.run("sbatch", ["--parsable"], stdin=batch, env=env)
         if done.returncode != 0:
             message = done.stderr.strip() or done.stdout.strip() or f"exit status {done.returncode}"
-            raise JobCreationError(f"sbatch refused job {spec.name}: {message}")
+            raise JobCreationError(f"sbatch refused {what}: {message}")
         lines = [line for line in done.stdout.splitlines() if line.strip()]
         if not lines or not re.fullmatch(r"\d+(_\d+)?(;\S+)?", lines[-1].strip()):
             raise JobCreationError(
-                f"cannot read a job id in sbatch's output for job {spec.name}: "
+                f"cannot read a job id in sbatch's output for {what}: "
                 f"{done.stdout.strip()!r} {done.stderr.strip()!r}")
         return lines[-1].strip(), done.stderr
+
+    # -- creating in bulk: job arrays -------------------------------------------------
+    @staticmethod
+    def _array_key(spec: JobSpec) -> tuple[Any, ...]:
+        """What the tasks of one array share: all but the environment and the name."""
+        return (tuple(spec.command), spec.cwd, spec.cpu, spec.memory, spec.gpu,
+                tuple(sorted(spec.labels.items())))
+
+    def create_jobs(self, specs: Sequence[JobSpec]) -> list[Job | BaseException]:
+        """One job array (one ``sbatch``) per set of specs that can share one, up to
+        :data:`MAX_ARRAY` tasks; a spec alone is a plain job. A refused array is the
+        error of each of its specs."""
+        outcomes: list[Job | BaseException | None] = [None] * len(specs)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for index, spec in enumerate(specs):
+            groups.setdefault(self._array_key(spec), []).append(index)
+        for indices in groups.values():
+            for start in range(0, len(indices), MAX_ARRAY):
+                chunk = indices[start:start + MAX_ARRAY]
+                try:
+                    if len(chunk) == 1:
+                        made = [self.create_job(specs[chunk[0]])]
+                    else:
+                        made = self._create_array([specs[i] for i in chunk])
+                except Exception as exc:  # noqa: BLE001 - each spec's outcome
+                    for index in chunk:
+                        outcomes[index] = exc
+                    continue
+                for index, job in zip(chunk, made, strict=True):
+                    outcomes[index] = job
+        return [outcome if outcome is not None else
+                BackendError(f"job {specs[i].name} was not submitted")
+                for i, outcome in enumerate(outcomes)]
+
+    def _create_array(self, specs: Sequence[JobSpec]) -> list[Job]:
+        pattern = self._output_path(specs[0])[:-len(".out")] + "-%a.out"
+        outputs = [pattern.replace("%a", str(index)) for index in range(len(specs))]
+        secret_names: set[str] = set()
+        written: list[str] = []
+        try:
+            tasks = []
+            for spec, output in zip(specs, outputs, strict=True):
+                if spec.secrets:
+                    path = secrets_path(output)
+                    written.append(path)
+                    write_secrets_file(path, spec.secrets)
+                    secret_names.update(spec.secrets)
+                    spec = replace(spec, env={**spec.env, SECRETS_FILE_ENV: path},
+                                   secrets={})
+                tasks.append(spec)
+            batch = script.render_array(tasks, self.options, pattern)
+            env = self._sbatch_env(secret_names) if secret_names else None
+            array_id, stderr = self._sbatch(
+                batch, env, f"the job array of {len(specs)} jobs ({specs[0].name}, ...)")
+        except BaseException:
+            for path in written:
+                _unlink(path)
+            raise
+        if stderr.strip():
+            logger.info("sbatch (job array %s): %s", array_id, stderr.strip())
+        number, cluster = _split_id(array_id)
+        jobs = [Job(id=f"{number}_{index}" + (f";{cluster}" if cluster else ""),
+                    backend=self.name, spec=spec, handle=_Handle(output))
+                for index, (spec, output) in enumerate(zip(specs, outputs, strict=True))]
+        with self._lock:
+            for job in jobs:
+                self._jobs[job.id] = job
+        logger.debug("submitted job array %s of %d jobs (%s, ...) to Slurm", array_id,
+                     len(jobs), specs[0].name)
+        return jobs
 
     # -- watching -----------------------------------------------------------------
     def _handle(self, job: Job) -> _Handle:
@@ -169,9 +259,11 @@ class SlurmBackend(Backend):
         by_cluster: dict[str | None, list[str]] = {}
         for job_id in ids:
             number, cluster = _split_id(job_id)
-            by_cluster.setdefault(cluster, []).append(number)
+            # a task of an array: the array's id lists all its tasks (one per line, -r)
+            by_cluster.setdefault(cluster, []).append(number.partition("_")[0])
         for cluster, numbers in by_cluster.items():
-            args = ["-h", "-t", "all", "-j", ",".join(numbers), "-O", _SQUEUE_FORMAT]
+            args = ["-h", "-r", "-t", "all", "-j", ",".join(dict.fromkeys(numbers)),
+                    "-O", _SQUEUE_FORMAT]
             if cluster:
                 args[:0] = ["-M", cluster]
             done = self.commands.run("squeue", args)
@@ -191,6 +283,9 @@ class SlurmBackend(Backend):
                 continue
             job_id, state, reason, code, host, output, comment = (
                 p.strip() for p in parts[:len(_SQUEUE_FIELDS)])
+            array, _, task = job_id.partition("_")
+            if output and task.isdigit():  # squeue shows an array's --output pattern
+                output = output.replace("%a", task).replace("%A", array)
             try:
                 exitcode = exitcode_from_wait_status(int(code))
             except ValueError:
@@ -244,6 +339,9 @@ class SlurmBackend(Backend):
                     self._handle(job).output = row.output  # a job this instance did not submit
                 status = to_status(row.state, row.exitcode, row.reason,
                                    self._handle(job).cancel_signal or signal.SIGTERM)
+            elif (cancelled := self._handle(job).cancel_signal) and "_" in job.id:
+                # a pending array task we cancelled: Slurm drops it from its listings
+                status = JobStatus(JobState.CANCELLED, -cancelled, "cancelled while pending")
             else:
                 status = self._scontrol(
                     job.id, self._handle(job).cancel_signal or signal.SIGTERM) or JobStatus(
@@ -335,7 +433,7 @@ class SlurmBackend(Backend):
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
         """This user's fiber jobs whose labels include ``labels`` and that Slurm still
         holds: live ones, and ended ones whose output file was not released yet."""
-        args = ["-h", "-t", "all", "--me", "-O", _SQUEUE_FORMAT]
+        args = ["-h", "-r", "-t", "all", "--me", "-O", _SQUEUE_FORMAT]
         if "fiber.run" in labels:
             args += ["-n", script.job_name(labels)]
         done = self.commands.run("squeue", args)

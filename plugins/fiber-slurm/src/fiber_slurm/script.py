@@ -4,6 +4,11 @@ The sbatch options become ``#SBATCH`` lines (values double-quoted, as sbatch's
 parser expects), the spec's environment becomes ``export NAME='value'`` lines
 (quoted for the shell) and the command is ``exec``'d so that its exit status and
 signal are the job's.
+
+A job array (:func:`render_array`: a group of specs that differ only in their
+environment, one ``sbatch --array``) renders the same template: the variables all its
+tasks share are exported as above, the others in a ``case`` on ``$SLURM_ARRAY_TASK_ID``
+that gives each task the environment of its own spec.
 """
 
 from __future__ import annotations
@@ -102,6 +107,41 @@ def exports(env: Mapping[str, str]) -> list[str]:
                 "name (letters, digits, underscores, not starting with a digit)")
         lines.append(f"export {name}={shlex.quote(str(value))}")
     return lines
+
+
+def array_exports(envs: Sequence[Mapping[str, str]]) -> list[str]:
+    """The export lines of an array whose task ``i`` has the environment ``envs[i]``:
+    the variables every task has with the same value, then a ``case`` on the task id
+    for the rest (a task id outside the array fails the task, loudly)."""
+    first = envs[0]
+    common = {name: value for name, value in first.items()
+              if all(name in env and env[name] == value for env in envs[1:])}
+    lines = exports(common)
+    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
+    for index, env in enumerate(envs):
+        own = exports({name: value for name, value in env.items() if name not in common})
+        lines.append(f"{index}) {'; '.join(own)} ;;" if own else f"{index}) ;;")
+    lines.append('*) echo "fiber: task $SLURM_ARRAY_TASK_ID is not in this job array" >&2; '
+                 "exit 1 ;;")
+    lines.append("esac")
+    return lines
+
+
+def render_array(specs: Sequence[JobSpec], options: Mapping[str, Any], output: str) -> str:
+    """The batch script of a job array of ``specs`` (same command, resources, labels
+    and working directory; any environment), task ``i`` running ``specs[i]``;
+    ``output`` names each task's output file with ``%a`` for its task id."""
+    first = specs[0]
+    if not first.command:
+        raise JobCreationError(f"job {first.name} has an empty command")
+    directives = sbatch_directives(first, options, output)
+    directives.append(_directive("--array", f"0-{len(specs) - 1}"))
+    return template().substitute(
+        name=f"{first.name} (an array of {len(specs)})".replace("\n", " "),
+        directives="\n".join(directives),
+        exports="\n".join(array_exports([spec.env for spec in specs])),
+        command=shlex.join(first.command),
+    )
 
 
 def render(spec: JobSpec, options: Mapping[str, Any], output: str,

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from fiber import util
 from fiber.errors import ProcessStartError
-from fiber.runtime import popen, retry
+from fiber.runtime import popen, retry, run, submit
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
 from fiber.wire import transport
 
@@ -107,7 +107,9 @@ class WorkerSet:
         self.finalizer = util.Finalize(owner, end_pool,
                                        (scheduler, changed, self.processes, hub, cid),
                                        exitpriority=15)
-        self._starter = ThreadPoolExecutor(max_workers=STARTER_THREADS,
+        # (a bulk backend: a whole group reaches one create_jobs call, runtime.submit)
+        self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
+                                               run.backend(), STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
         self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
                                             args=(weakref.ref(self), changed),
@@ -130,6 +132,7 @@ class WorkerSet:
                     del workers
                     changed.wait(1.0)
                     continue
+            submit.expect(run.backend(), len(plan))  # one create_jobs call for the group
             for w in plan:
                 try:
                     workers._starter.submit(workers._start, w)
