@@ -109,6 +109,8 @@ class PoolStats:
     done: int  # tasks finished with a value
     failed: int  # tasks finished with an error (raised, lost workers, terminate)
     workers: tuple[WorkerStats, ...]
+    # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
+    recalled: int = 0
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -259,7 +261,7 @@ class Pool:
                 queued=len(s.queue),
                 running=sum(len(w.running()) for w in s.workers.values()),
                 held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
-                workers=workers)
+                workers=workers, recalled=s.recalled)
 
     @property
     def _pool(self) -> list[Process]:

@@ -33,7 +33,8 @@ from typing import Any
 
 from fiber._version import __version__
 
-PROTOCOL_VERSION = 2  # 2: pool results go back as tasks finish (PoolOp.PARTIAL)
+PROTOCOL_VERSION = 3  # 2: pool results go back as tasks finish (PoolOp.PARTIAL);
+#                       3: the pool takes back tasks not started (PoolOp.GIVE, RECALL)
 
 # -- framing and replies ------------------------------------------------------------------
 MSG = b"M"
@@ -113,8 +114,12 @@ class PoolOp:
     PARTIAL = b"P"  # + results of tasks of this line's batch, sent as they finish
     #                 while the rest of the batch runs (one-way: never answered)
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
+    GIVE = b"G"  # + ids of tasks of this line's batch that the worker gives back (none
+    #              on the first); its give line (a fourth) is open for the next RECALL
     STOP = b"S"  # reply: retire this line
     TASKS = b"T"  # reply: + a batch
+    RECALL = b"C"  # reply to GIVE: + (line, batch number on that line, task ids): give
+    #                back those the worker has not started
 
 
 POOL_HEADER = struct.Struct("<QB")

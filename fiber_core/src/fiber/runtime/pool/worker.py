@@ -14,6 +14,13 @@ retires a line; the worker exits when both are retired (pool closed, shrunk, or
 ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were running when
 a worker died) comes flagged: the worker confirms on a third line that it starts it,
 so that only a real start counts as an attempt.
+
+The master may take back tasks it sent but the worker has not started (so that a worker
+that comes up late, or one that ran out of work at a map's tail, gets them): a fourth
+line, the *give line*, stays open for that (``GIVE``, served by the worker's
+:class:`Giver` thread). A ``RECALL`` answer names a line, the number of the batch on that
+line, and task ids; the worker gives back those it has not started (it will skip them)
+and says which in its next ``GIVE``, so a task is run by one worker only.
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ READY = PoolOp.READY
 RESULTS = PoolOp.RESULTS
 PARTIAL = PoolOp.PARTIAL
 STARTED = PoolOp.STARTED
+GIVE = PoolOp.GIVE
 STOP = PoolOp.STOP
 TASKS = PoolOp.TASKS
 CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
@@ -54,16 +62,20 @@ def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
 
 
 def run_batch(batch: Batch, funcs: dict[int, Any],
-              sender: ResultSender | None = None) -> list[tuple[int, bool, Any]]:
+              sender: ResultSender | None = None,
+              giver: Giver | None = None) -> list[tuple[int, bool, Any]]:
     """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order; returns
     ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception. With
     a ``sender``, every result but the last is handed to it as its task finishes, and
-    the list holds the last one only."""
+    the list holds the last one only. With a ``giver``, a task it gave back is skipped
+    (it has no result here)."""
     load_functions(batch, funcs)
     results: list[tuple[int, bool, Any]] = []
     last = len(batch) - 1
     early = sender if sender is not None and last > 0 else None
     for index, (task_id, func_id, _, kind, payload) in enumerate(batch):
+        if giver is not None and not giver.begin(task_id):
+            continue  # given back: another worker runs it
         func = funcs[func_id]
         try:
             if kind == CALL:
@@ -184,6 +196,72 @@ class ResultSender:
                     return
 
 
+class Giver:
+    """Gives back, from a thread of its own, tasks the master recalls that the worker has
+    not started (the give line; see the module's docstring).
+
+    The main thread calls :meth:`begin` before each task and :meth:`end_batch` after
+    each batch; a recall (line, batch number on that line, ids) is granted for the ids
+    not started, provided that batch has not ended, and those ids are skipped when
+    their turn comes. The lock makes "started" and "given back" exclusive."""
+
+    def __init__(self, client: Any, cid: int, worker_id: int) -> None:
+        self._ctx = client.context()
+        self._cid = cid
+        self._worker_id = worker_id
+        self._lock = threading.Lock()
+        self.line = 0  # the line whose batch runs (set by the main thread)
+        self._ended = [0, 0]  # batches ended, per line
+        self._started: set[int] = set()  # tasks begun in the running batch
+        self._skip: tuple[set[int], set[int]] = (set(), set())  # given back, per line
+        self._ctx.send(cid, GIVE + _HEADER.pack(worker_id, 0) + serialization.dumps([]))
+        self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
+                                        daemon=True)
+        self._thread.start()
+
+    def begin(self, task_id: int) -> bool:
+        """Whether to run ``task_id`` (False: it was given back); it counts as started."""
+        with self._lock:
+            if task_id in self._skip[self.line]:
+                return False
+            self._started.add(task_id)
+            return True
+
+    def end_batch(self) -> None:
+        """The running batch ended (before its line's results go)."""
+        with self._lock:
+            self._ended[self.line] += 1
+            self._started.clear()
+            self._skip[self.line].clear()
+
+    def grant(self, line: int, number: int, ids: Sequence[int]) -> list[int]:
+        """The ids of a recall the worker gives back."""
+        with self._lock:
+            if line not in (0, 1) or self._ended[line] >= number:
+                return []  # that batch is over: every task of it ran
+            given = [tid for tid in ids if tid not in self._started]
+            self._skip[line].update(given)
+            return given
+
+    def _run(self) -> None:
+        ctx = self._ctx
+        while True:
+            try:
+                reply = ctx.recv()
+            except ConnectionLostError:
+                return  # the main thread finds out too
+            if reply[:1] != PoolOp.RECALL:
+                ctx.close()
+                return  # STOP: the worker is dismissed
+            line, number, ids = serialization.loads(memoryview(reply)[1:])
+            given = self.grant(line, number, ids)
+            try:
+                ctx.send(self._cid, GIVE + _HEADER.pack(self._worker_id, line)
+                         + serialization.dumps(given))
+            except ConnectionLostError:
+                return
+
+
 def _unpicklable_result(exc: Exception, value: Any) -> Exception:
     import multiprocessing.pool  # lazy: only for a result that cannot be pickled
 
@@ -205,6 +283,7 @@ def worker(address: str, cid: int, worker_id: int,
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
         lines.append((line, ctx))
+    giver = Giver(client, cid, worker_id)
     try:
         while lines:
             line, ctx = lines.popleft()
@@ -222,13 +301,15 @@ def worker(address: str, cid: int, worker_id: int,
             if suspect:
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
+            giver.line = line
             if len(batch) > 1:
                 if sender is None:
                     sender = ResultSender(client, cid, worker_id)
                 sender.line = line
-                results = sender.finish(run_batch(batch, funcs, sender))
+                results = sender.finish(run_batch(batch, funcs, sender, giver))
             else:
-                results = run_batch(batch, funcs)
+                results = run_batch(batch, funcs, None, giver)
+            giver.end_batch()
             ctx.send(cid, encode_results(worker_id, line, results))
             lines.append((line, ctx))
     finally:
