@@ -4,12 +4,17 @@ work stealing: fiber.runtime.pool.scheduler), driven directly.
 No pool, process or connection is involved: workers and the wire are faked as in
 test_pool_scheduler.py. A worker's give line is a ``FakeLine`` handed to
 ``Scheduler.given``; the worker's side (which of the recalled tasks it gives back) is
-played by the test, as the real worker's ``Giver`` would answer.
+played by the test, as the real worker's ``Giver`` would answer. The ``Giver`` itself
+(the worker's side) is tested last over a fake connection that records what it sends.
+The same protocol over real processes: test_pool_late_workers.py.
 """
 
 from __future__ import annotations
 
+import threading
+
 from fiber.runtime.pool.scheduler import IDLE, Scheduler
+from fiber.runtime.pool.worker import Giver
 from fiber.wire import serialization
 from fiber.wire.protocol import PoolOp, TaskKind
 
@@ -178,3 +183,54 @@ def test_terminate_fails_the_tasks_of_a_recall_under_way():
     results(s, w1, 1, lines1[1], skip={t1[0]})  # skipped, GIVE not there yet
     failed = s.terminate()
     assert failed is not None and t1[0] in {t.id for t, _, _ in failed}
+
+
+class FakeContext:
+    """A request line of a fake connection: records what is sent; ``recv`` blocks
+    until the test ends (no RECALL comes: the test calls ``grant`` itself)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.never = threading.Event()
+
+    def send(self, channel: int, payload: bytes) -> None:
+        self.sent.append(payload)
+
+    def recv(self, timeout=None) -> bytes:
+        self.never.wait()
+        return PoolOp.STOP
+
+    def close(self) -> None:
+        pass
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.ctx = FakeContext()
+
+    def context(self) -> FakeContext:
+        return self.ctx
+
+
+def test_the_worker_gives_back_only_tasks_it_has_not_begun():
+    client = FakeClient()
+    giver = Giver(client, cid=5, worker_id=9)
+    try:
+        assert client.ctx.sent[0][:1] == PoolOp.GIVE  # its give line opens at once
+        giver.line = 0  # running the first batch of line 0: tasks 1, 2, 3
+        assert giver.begin(1)
+        assert giver.grant(0, 1, [1, 2, 3]) == [2, 3]  # 1 has begun
+        assert not giver.begin(2) and not giver.begin(3)  # skipped: given back
+        # the batch held in advance on line 1, not received yet: all of it
+        assert giver.grant(1, 1, [7, 8]) == [7, 8]
+        giver.end_batch()
+        # a recall of a batch that has ended gives nothing (its tasks all ran)
+        assert giver.grant(0, 1, [1, 2]) == []
+        giver.line = 1
+        assert not giver.begin(7) and not giver.begin(8)
+        giver.end_batch()
+        # the next batch on line 0 is batch number 2 there
+        giver.line = 0
+        assert giver.grant(0, 2, [2]) == [2] and not giver.begin(2)
+    finally:
+        client.ctx.never.set()
