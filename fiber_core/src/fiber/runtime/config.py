@@ -81,8 +81,9 @@ CORE_OPTIONS = [
                  "address this process listens on for its jobs (default: the backend's)"),
     ConfigOption("output_prefix", parse_bool, False,
                  "prefix each line a child prints with its process name"),
-    ConfigOption("heartbeat_interval", parse_positive_float, 1.0,
-                 "seconds between heartbeats from a parent to its children"),
+    ConfigOption("heartbeat_interval", parse_positive_float, 5.0,
+                 "seconds between heartbeats from a parent to its children (at most a "
+                 "third of heartbeat_timeout)"),
     ConfigOption("heartbeat_timeout", parse_positive_float, 30.0,
                  "a peer silent this many seconds is taken for dead (a dropped "
                  "connection is noticed at once; this is for hosts cut off)"),
