@@ -133,7 +133,7 @@ class Worker:
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
-                 "wire", "giving", "sent", "recalling", "recall_line")
+                 "wire", "giving", "sent", "recalling", "recall_line", "awaiting")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -154,6 +154,7 @@ class Worker:
         self.sent = [0, 0]  # batches sent on each line
         self.recalling: dict[int, Task] = {}  # tasks asked back, until its GIVE answers
         self.recall_line = 0  # the line they were asked back from
+        self.awaiting = False  # idle, and tasks were asked back from others for it
 
     @property
     def busy(self) -> bool:
@@ -406,8 +407,8 @@ class Scheduler:
         if w.free_line() is None:
             return
         self.relist(w)
-        if not w.busy and not self.queue and self.holders:
-            self.steal()  # nothing queued for an idle worker: take back what waits
+        if not w.busy and not w.awaiting and not self.queue and self.holders:
+            w.awaiting = self.steal()  # nothing queued for it: take back what waits
         if self.state != RUN:
             self.stop_idle()
 
@@ -481,6 +482,7 @@ class Scheduler:
                 queue.appendleft(task)
             return False
         w.sent[line] += 1
+        w.awaiting = False
         self.outstanding += 1
         if (len(batch) > 1 or len(w.held) > 1) and not first.alone:
             self.holders[w.id] = w  # it holds tasks it has not started
@@ -558,7 +560,7 @@ class Scheduler:
         holders = self.holders
         while holders:
             _, v = holders.popitem(last=False)
-            if not v.alive or v.giving is None or v.stopping or v.dismissed:
+            if not v.alive or v.giving is None or v.dismissed:
                 continue
             line, tasks = self.unstarted(v)
             if not tasks:
