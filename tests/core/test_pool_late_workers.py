@@ -118,9 +118,11 @@ def longest_idle_while_waiting(report: dict, runs: dict[int, tuple[int, float, f
 @pytest.mark.parametrize("mode", ["map", "chunksize1", "imap_unordered"])
 def test_workers_arriving_one_by_one_each_run_one_of_n_long_tasks(tmp_path, mode):
     """8 workers arrive 0.25 s apart (the last about 2 s after the first); a map of 8
-    tasks of 3 s runs on all 8 of them, one task each, every result once: the first
-    workers up do not take the tasks of those still starting."""
-    report = run_pool(tmp_path, workers=8, tasks=8, seconds=3.0, apart=0.25,
+    tasks of 4 s runs on all 8 of them, one task each, every result once: the first
+    workers up do not take the tasks of those still starting. (A task lasts longer
+    than the arrivals: a queued task goes to a worker that is up at once, so a worker
+    that finished its task before the last ones arrived would rightly take one.)"""
+    report = run_pool(tmp_path, workers=8, tasks=8, seconds=4.0, apart=0.25,
                       mode=mode)
     runs = ran_once(report, 8)
     pids = [pid for pid, _, _ in runs.values()]
