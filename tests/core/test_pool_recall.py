@@ -191,10 +191,12 @@ class FakeContext:
 
     def __init__(self) -> None:
         self.sent: list[bytes] = []
+        self.sending = threading.Event()
         self.never = threading.Event()
 
     def send(self, channel: int, payload: bytes) -> None:
         self.sent.append(payload)
+        self.sending.set()
 
     def recv(self, timeout=None) -> bytes:
         self.never.wait()
@@ -216,7 +218,10 @@ def test_the_worker_gives_back_only_tasks_it_has_not_begun():
     client = FakeClient()
     giver = Giver(client, cid=5, worker_id=9)
     try:
-        assert client.ctx.sent[0][:1] == PoolOp.GIVE  # its give line opens at once
+        assert client.ctx.sent == []  # its give line opens when the master asks
+        giver.open()
+        assert client.ctx.sending.wait(10)
+        assert client.ctx.sent[0][:1] == PoolOp.GIVE
         giver.line = 0  # running the first batch of line 0: tasks 1, 2, 3
         assert giver.begin(1)
         assert giver.grant(0, 1, [1, 2, 3]) == [2, 3]  # 1 has begun
@@ -234,3 +239,51 @@ def test_the_worker_gives_back_only_tasks_it_has_not_begun():
         assert giver.grant(0, 2, [2]) == [2] and not giver.begin(2)
     finally:
         client.ctx.never.set()
+
+
+def test_the_give_line_is_open_only_while_workers_start_or_near_the_tail():
+    """A worker reading its give line costs a wake-up per message: the table asks for it
+    (a batch flagged OPEN_GIVE) while workers are starting or the queue is short, and
+    closes it (STOP) when a batch goes out with a long queue and no worker starting."""
+    from fiber.wire.protocol import BatchFlag
+
+    def flags(line: FakeLine):
+        return serialization.loads(memoryview(line.answer)[1:])[0]
+
+    s = Scheduler(2, attempts_limit=3)
+    w1, w2 = s.new_workers(2)
+    lines1 = {line: FakeLine(peer=1001) for line in (0, 1)}
+    for line, request in lines1.items():
+        s.ready(w1, line, request)
+    sink = Sink()
+    s.submit_chunks(square, list(range(100)), 1, TaskKind.MAP, sink)
+    assert flags(lines1[0]) == BatchFlag.OPEN_GIVE and w1.give_open  # w2 is starting
+    assert flags(lines1[1]) is False  # asked once
+    give = FakeLine(peer=1001)
+    s.given(w1, 0, give, [])  # the worker opened it
+    lines2 = {line: FakeLine(peer=1002) for line in (0, 1)}
+    for line, request in lines2.items():
+        s.ready(w2, line, request)
+    assert flags(lines2[0]) is False  # nobody starting, a long queue
+    again, done = results(s, w1, 0, lines1[0])
+    deliver(sink, done)
+    assert give.answer == PoolOp.STOP and not w1.give_open  # closed
+    # drain: the flag comes back once the queue is short (its tail is near)
+    pending = {(w1, 1): lines1[1], (w1, 0): again, (w2, 0): lines2[0], (w2, 1): lines2[1]}
+    reopened = None
+    while pending and reopened is None:
+        (w, line), request = next(iter(pending.items()))
+        del pending[(w, line)]
+        if request.answer is None:
+            continue
+        if flags(request) == BatchFlag.OPEN_GIVE:
+            reopened = w
+            break
+        queued = len(s.queue)
+        new, done = results(s, w, line, request)
+        deliver(sink, done)
+        pending[(w, line)] = new
+        if new.answer is not None and flags(new) == BatchFlag.OPEN_GIVE:
+            assert queued < 2 * 2 + len(new.batch())
+            reopened = w
+    assert reopened is not None and reopened.give_open

@@ -115,7 +115,8 @@ class PoolOp:
     #                 while the rest of the batch runs (one-way: never answered)
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
     GIVE = b"G"  # + ids of tasks of this line's batch that the worker gives back (none
-    #              on the first); its give line (a fourth) is open for the next RECALL
+    #              when it opens); its give line (a fourth, opened when a batch has
+    #              BatchFlag.OPEN_GIVE, closed by STOP) waits for the next RECALL
     STOP = b"S"  # reply: retire this line
     TASKS = b"T"  # reply: + a batch
     RECALL = b"C"  # reply to GIVE: + (line, batch number on that line, task ids): give
@@ -123,6 +124,14 @@ class PoolOp:
 
 
 POOL_HEADER = struct.Struct("<QB")
+
+
+class BatchFlag:
+    """Flags of a ``TASKS`` answer, ``(flags, batch)``: a bool (True: a suspect batch)
+    or these bits."""
+
+    SUSPECT = 1  # the worker confirms with STARTED that it begins the batch
+    OPEN_GIVE = 2  # open the give line (a GIVE request) if it is closed
 
 
 class TaskKind:

@@ -46,7 +46,8 @@ Vocabulary:
 * **holder**: a worker holding tasks it has not started (a batch of several, or a batch
   taken in advance); listed in :attr:`Scheduler.holders` when it may hold some.
 * **recall** (work stealing): when a worker has nothing to do and the queue is empty,
-  the table asks a holder, on its *give line* (a standing ``GIVE`` request), to give
+  the table asks a holder, on its *give line* (a standing ``GIVE`` request, open only
+  while workers start or the queue's tail is near: see :meth:`Scheduler.send_batch`), to give
   back the later half of the tasks it has not started: those of its batch held in
   advance, else its running batch's after the one in progress (:meth:`Scheduler.steal`).
   The worker gives back the ones it has not begun and skips them; its next ``GIVE``
@@ -66,7 +67,7 @@ from typing import Any, Protocol
 
 from fiber.errors import WorkerLostError
 from fiber.wire import serialization
-from fiber.wire.protocol import PoolOp, TaskKind
+from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger("fiber")
 
@@ -133,7 +134,7 @@ class Worker:
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
-                 "wire", "giving", "sent", "recalling", "recall_line", "awaiting")
+                 "wire", "giving", "sent", "recalling", "recall_line", "awaiting", "give_open")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -155,6 +156,7 @@ class Worker:
         self.recalling: dict[int, Task] = {}  # tasks asked back, until its GIVE answers
         self.recall_line = 0  # the line they were asked back from
         self.awaiting = False  # idle, and tasks were asked back from others for it
+        self.give_open = False  # it was asked to open its give line (not closed since)
 
     @property
     def busy(self) -> bool:
@@ -431,7 +433,9 @@ class Scheduler:
 
     def send_batch(self, w: Worker, line: int) -> bool:
         """Answer the worker's parked ``line`` with a batch from the queue; False when
-        there was nothing to send, or the worker has had its ``maxtasks``."""
+        there was nothing to send, or the worker has had its ``maxtasks``. The batch
+        asks the worker to open its give line while workers are starting or fewer than
+        two tasks per worker are queued; one sent otherwise closes it."""
         if self.maxtasks is not None and w.dispatched >= self.maxtasks:
             return False
         queue = self.queue
@@ -453,6 +457,12 @@ class Scheduler:
                 if not task.done:
                     batch.append(task)
                     size -= 1
+        # the give line is wanted while workers may come up late or the queue's tail
+        # is near (a worker reading it costs a wake-up per message); else it is closed
+        want_give = self.starting > 0 or len(queue) < 2 * max(1, self.connected)
+        flags: int | bool = first.alone
+        if want_give and not w.give_open and not first.alone:
+            flags = BatchFlag.OPEN_GIVE
         wire = []
         for task in batch:
             if task.fid in w.funcs:
@@ -462,7 +472,7 @@ class Scheduler:
                 w.funcs.add(task.fid)
             wire.append((task.id, task.fid, code, task.kind, task.payload))
         try:
-            data = serialization.dumps((first.alone, wire))
+            data = serialization.dumps((flags, wire))
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
                 task.done = True
@@ -484,6 +494,12 @@ class Scheduler:
         w.sent[line] += 1
         w.awaiting = False
         self.outstanding += 1
+        if flags == BatchFlag.OPEN_GIVE:
+            w.give_open = True  # its GIVE comes
+        elif not want_give and w.give_open and w.giving is not None and not w.recalling:
+            giving, w.giving = w.giving, None
+            w.give_open = False
+            giving.reply(_STOP)  # closed until the tail of the queue
         if (len(batch) > 1 or len(w.held) > 1) and not first.alone:
             self.holders[w.id] = w  # it holds tasks it has not started
         return True

@@ -17,10 +17,13 @@ so that only a real start counts as an attempt.
 
 The master may take back tasks it sent but the worker has not started (so that a worker
 that comes up late, or one that ran out of work at a map's tail, gets them): a fourth
-line, the *give line*, stays open for that (``GIVE``, served by the worker's
-:class:`Giver` thread). A ``RECALL`` answer names a line, the number of the batch on that
-line, and task ids; the worker gives back those it has not started (it will skip them)
-and says which in its next ``GIVE``, so a task is run by one worker only.
+line, the *give line*, is open for that (``GIVE``, served by the worker's
+:class:`Giver` thread) while the master wants it: a batch flagged ``OPEN_GIVE`` opens it,
+a ``STOP`` answer closes it (a thread reading the connection costs a wake-up per message,
+which a thousand workers on two cores feel, so it reads only while recalls may come).
+A ``RECALL`` answer names a line, the number of the batch on that line, and task ids;
+the worker gives back those it has not started (it will skip them) and says which in
+its next ``GIVE``, so a task is run by one worker only.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from typing import Any
 from fiber.errors import ConnectionLostError
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
-from fiber.wire.protocol import PoolOp, TaskKind
+from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +51,8 @@ GIVE = PoolOp.GIVE
 STOP = PoolOp.STOP
 TASKS = PoolOp.TASKS
 CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
+# a batch's flags (True is a suspect batch, False a plain one)
+SUSPECT, OPEN_GIVE = BatchFlag.SUSPECT, BatchFlag.OPEN_GIVE
 
 
 # [(task_id, func_id, func_bytes or None when the worker has it, kind, payload), ...]
@@ -203,7 +208,9 @@ class Giver:
     The main thread calls :meth:`begin` before each task and :meth:`end_batch` after
     each batch; a recall (line, batch number on that line, ids) is granted for the ids
     not started, provided that batch has not ended, and those ids are skipped when
-    their turn comes. The lock makes "started" and "given back" exclusive."""
+    their turn comes. The lock makes "started" and "given back" exclusive. The give
+    line is opened by :meth:`open` (main thread) and closed by the master's ``STOP``;
+    the thread serves it as many times as it was opened."""
 
     def __init__(self, client: Any, cid: int, worker_id: int) -> None:
         self._ctx = client.context()
@@ -214,10 +221,20 @@ class Giver:
         self._ended = [0, 0]  # batches ended, per line
         self._started: set[int] = set()  # tasks begun in the running batch
         self._skip: tuple[set[int], set[int]] = (set(), set())  # given back, per line
-        self._ctx.send(cid, GIVE + _HEADER.pack(worker_id, 0) + serialization.dumps([]))
-        self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
-                                        daemon=True)
-        self._thread.start()
+        self._opened = 0  # times the master asked for the give line
+        self._closed = 0  # times it closed it
+        self._changed = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def open(self) -> None:
+        """The master asks for the give line (main thread)."""
+        with self._changed:
+            self._opened += 1
+            self._changed.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
+                                            daemon=True)
+            self._thread.start()
 
     def begin(self, task_id: int) -> bool:
         """Whether to run ``task_id`` (False: it was given back); it counts as started."""
@@ -245,21 +262,25 @@ class Giver:
 
     def _run(self) -> None:
         ctx = self._ctx
-        while True:
-            try:
-                reply = ctx.recv()
-            except ConnectionLostError:
-                return  # the main thread finds out too
-            if reply[:1] != PoolOp.RECALL:
-                ctx.close()
-                return  # STOP: the worker is dismissed
-            line, number, ids = serialization.loads(memoryview(reply)[1:])
-            given = self.grant(line, number, ids)
-            try:
-                ctx.send(self._cid, GIVE + _HEADER.pack(self._worker_id, line)
-                         + serialization.dumps(given))
-            except ConnectionLostError:
-                return
+        opening = GIVE + _HEADER.pack(self._worker_id, 0) + serialization.dumps([])
+        try:
+            while True:
+                with self._changed:
+                    while self._opened <= self._closed:
+                        self._changed.wait()
+                ctx.send(self._cid, opening)
+                while True:
+                    reply = ctx.recv()
+                    if reply[:1] != PoolOp.RECALL:
+                        break  # STOP: closed (no recall expected, or dismissed)
+                    line, number, ids = serialization.loads(memoryview(reply)[1:])
+                    given = self.grant(line, number, ids)
+                    ctx.send(self._cid, GIVE + _HEADER.pack(self._worker_id, line)
+                             + serialization.dumps(given))
+                with self._changed:
+                    self._closed += 1
+        except ConnectionLostError:
+            return  # the main thread finds out too
 
 
 def _unpicklable_result(exc: Exception, value: Any) -> Exception:
@@ -297,8 +318,10 @@ def worker(address: str, cid: int, worker_id: int,
             if reply[:1] == STOP:
                 ctx.close()
                 continue
-            suspect, batch = serialization.loads(memoryview(reply)[1:])
-            if suspect:
+            flags, batch = serialization.loads(memoryview(reply)[1:])
+            if flags & OPEN_GIVE:
+                giver.open()
+            if flags & SUSPECT:
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
             giver.line = line
