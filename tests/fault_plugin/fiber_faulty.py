@@ -19,6 +19,10 @@ the jobs:
 * ``FAULTY_TERMINATE_DOWN=S``: ``terminate`` waits S seconds, then raises
   :class:`~fiber.backend.ClusterUnreachableError` (a cluster manager that does not
   answer: the job is not ended by the backend).
+* ``FAULTY_START_DELAY=S``: jobs arrive one by one, S seconds apart: the k-th
+  ``create_job`` of the process (k from 0) returns no earlier than k * S seconds after
+  the first began (as a cluster grants jobs over time; the worker counts as starting
+  meanwhile). The pool starts jobs on several threads, so the delays overlap.
 
 Everything else (and every call once the fault is over) is the local backend's own.
 
@@ -56,13 +60,15 @@ _first_poll: float | None = None
 injected_create_failures = 0
 injected_poll_failures = 0
 _created: dict[str, float] = {}  # job id -> when create_job returned it
+_first_create: float | None = None
+_delayed = 0  # create_job calls given an arrival time so far
 
 
 class FaultyBackend(LocalBackend):
     name = "faulty"
 
     def create_job(self, spec: JobSpec) -> Job:
-        global _creates, injected_create_failures
+        global _creates, injected_create_failures, _first_create, _delayed
         if os.environ.get("FAULTY_CREATE_PERMANENT") == "1":
             raise JobCreationError("injected: the cluster refused the job (quota exceeded)")
         if os.environ.get("FAULTY_CREATE_MISCONFIGURED") == "1":
@@ -76,6 +82,14 @@ class FaultyBackend(LocalBackend):
         if transient:
             raise TransientBackendError("injected: the API server answered 503 Service "
                                         "Unavailable")
+        delay = float(os.environ.get("FAULTY_START_DELAY", "0"))
+        if delay > 0:
+            with _lock:
+                if _first_create is None:
+                    _first_create = time.monotonic()
+                arrival = _first_create + _delayed * delay
+                _delayed += 1
+            time.sleep(max(0.0, arrival - time.monotonic()))
         job = super().create_job(spec)
         _created[job.id] = time.monotonic()
         return job

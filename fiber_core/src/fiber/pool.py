@@ -117,6 +117,8 @@ class PoolStats:
     throughput: float = 0.0  # tasks finished per second over the last 10 s
     slowest: tuple[RunningTask, ...] = ()  # tasks in progress, longest running first
     errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
+    # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
+    recalled: int = 0
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -274,7 +276,8 @@ class Pool:
                 pending=observe.pending(ws.process for ws in workers
                                         if ws.state == STARTING),
                 throughput=s.meter.rate(s.done + s.failed, now),
-                slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors))
+                slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
+                recalled=s.recalled)
 
     @property
     def _pool(self) -> list[Process]:

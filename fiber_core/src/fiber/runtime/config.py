@@ -85,8 +85,9 @@ CORE_OPTIONS = [
                  "show a progress bar for a Pool map or imap that runs longer than 2 s, "
                  "on a terminal (stderr) or in a notebook; needs rich or tqdm "
                  "(pip install 'fiber-core[top]')"),
-    ConfigOption("heartbeat_interval", parse_positive_float, 1.0,
-                 "seconds between heartbeats from a parent to its children"),
+    ConfigOption("heartbeat_interval", parse_positive_float, 5.0,
+                 "seconds between heartbeats from a parent to its children (at most a "
+                 "third of heartbeat_timeout)"),
     ConfigOption("heartbeat_timeout", parse_positive_float, 30.0,
                  "a peer silent this many seconds is taken for dead (a dropped "
                  "connection is noticed at once; this is for hosts cut off)"),

@@ -197,8 +197,11 @@ class JobPopen:
         cfg = config.get_config()
         self.process_name = process_obj.name
         self.backend = run.backend()
-        self.heartbeat_interval = float(cfg.heartbeat_interval)
         self.heartbeat_timeout = float(cfg.heartbeat_timeout)
+        # each beat costs a round trip per job (a thousand workers: a thousand a
+        # beat); a third of the timeout leaves a silent job two beats to spare
+        self.heartbeat_interval = min(float(cfg.heartbeat_interval),
+                                      self.heartbeat_timeout / 3)
         self.returncode: int | None = None
         self.exit_reported: int | None = None
         self.start_error: ProcessStartError | None = None

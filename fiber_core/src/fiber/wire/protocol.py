@@ -33,7 +33,8 @@ from typing import Any
 
 from fiber._version import __version__
 
-PROTOCOL_VERSION = 2  # 2: pool results go back as tasks finish (PoolOp.PARTIAL)
+PROTOCOL_VERSION = 3  # 2: pool results go back as tasks finish (PoolOp.PARTIAL);
+#                       3: the pool takes back tasks not started (PoolOp.GIVE, RECALL)
 
 # -- framing and replies ------------------------------------------------------------------
 MSG = b"M"
@@ -113,8 +114,13 @@ class PoolOp:
     PARTIAL = b"P"  # + results of tasks of this line's batch, sent as they finish
     #                 while the rest of the batch runs (one-way: never answered)
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
+    GIVE = b"G"  # + ids of tasks of this line's batch that the worker gives back (none
+    #              when it opens); its give line (a fourth, opened when a batch has
+    #              BatchFlag.OPEN_GIVE, closed by STOP) waits for the next RECALL
     STOP = b"S"  # reply: retire this line
     TASKS = b"T"  # reply: + a batch
+    RECALL = b"C"  # reply to GIVE: + (line, batch number on that line, task ids): give
+    #                back those the worker has not started
 
 
 POOL_HEADER = struct.Struct("<QB")
@@ -125,6 +131,14 @@ class StatusOp:
     ``fiber top``); the reply is JSON."""
 
     SNAPSHOT = b"S"  # the program's pools, their workers and tasks
+
+
+class BatchFlag:
+    """Flags of a ``TASKS`` answer, ``(flags, batch)``: a bool (True: a suspect batch)
+    or these bits."""
+
+    SUSPECT = 1  # the worker confirms with STARTED that it begins the batch
+    OPEN_GIVE = 2  # open the give line (a GIVE request) if it is closed
 
 
 class TaskKind:

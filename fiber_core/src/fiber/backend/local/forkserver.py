@@ -12,7 +12,9 @@ that the parent has imported (fork-safe, no third-party state shared between job
 It does not run the parent's main module nor the other modules it imports (a job runs
 them itself, as multiprocessing's spawn does), but it caches the compiled code of
 those whose bytecode cache is missing or stale (the job then skips compiling an
-unchanged source file, as if a valid ``.pyc`` were there). The protocol:
+unchanged source file, as if a valid ``.pyc`` were there). Before each fork it freezes
+its objects (``gc.freeze()``), so that a job's garbage collections do not write to
+(and copy) the pages it shares with the template. The protocol:
 
 * ``("preload", modules, sources)`` (first, see :func:`preload_plan`): import the
   ``modules``, compile the files of the ``sources`` modules; no answer.
@@ -28,6 +30,7 @@ The template exits when its backend's connection closes.
 
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import runpy
@@ -305,6 +308,7 @@ def serve(fd: int) -> None:
                     send_message(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
                 _import_once(module)
+                gc.freeze()  # the objects so far are never collected in a child
                 pid = os.fork()
                 if pid == 0:
                     _child([conn, selector], (read_end, write_end), module, env, cwd,

@@ -10,7 +10,10 @@ Each request is a :class:`~fiber.wire.protocol.PoolOp` code and
 * ``RESULTS``: the batch's last results (those no ``PARTIAL`` carried), and the line is
   open again;
 * ``STARTED``: the worker begins the suspect batch of a line (sent on a third line,
-  answered at once).
+  answered at once);
+* ``GIVE``: the ids of tasks of a line's batch the worker gives back (none the first
+  time), on its give line, which stays parked until the table recalls tasks
+  (answered ``RECALL``) or dismisses the worker (``STOP``).
 
 A request from a worker the pool no longer knows is answered ``STOP`` (a ``PARTIAL``
 is not answered); if it carries results, they are the *lost results* of a worker given
@@ -36,7 +39,7 @@ from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER, PoolOp
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
-_PARTIAL = PoolOp.PARTIAL
+_PARTIAL, _GIVE = PoolOp.PARTIAL, PoolOp.GIVE
 _HEADER_END = 1 + POOL_HEADER.size
 _monotonic = time.monotonic
 
@@ -78,6 +81,8 @@ class PoolChannel:
                 scheduler.meter.tick(now, scheduler.done + scheduler.failed)
             elif op == _READY:
                 scheduler.ready(w, line, request)
+            elif op == _GIVE:
+                scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
             elif op == _STARTED:
                 scheduler.started_batch(w, line)
                 request.reply(b"")

@@ -43,6 +43,18 @@ Vocabulary:
 * **lost results**: results that a lost worker had sent before it was given up; they
   are accepted once (a task is *done* when its outcome was delivered, and a done task
   is never delivered again), so nothing is lost nor delivered twice.
+* **holder**: a worker holding tasks it has not started (a batch of several, or a batch
+  taken in advance); listed in :attr:`Scheduler.holders` when it may hold some.
+* **recall** (work stealing): when a worker has nothing to do and the queue is empty,
+  the table asks a holder, on its *give line* (a standing ``GIVE`` request, open only
+  while workers start or the queue's tail is near: see :meth:`Scheduler.send_batch`), to give
+  back the later half of the tasks it has not started: those of its batch held in
+  advance, else its running batch's after the one in progress (:meth:`Scheduler.steal`).
+  The worker gives back the ones it has not begun and skips them; its next ``GIVE``
+  says which (:meth:`Scheduler.given`), and those return to the front of the queue, so
+  a worker that comes up late, or runs dry at a map's tail, takes them. A task is never
+  run by two workers for a recall, and a recalled task counts no attempt. Suspect
+  tasks are never recalled.
 """
 
 from __future__ import annotations
@@ -57,17 +69,18 @@ from typing import Any, Protocol
 from fiber.errors import WorkerLostError
 from fiber.runtime.pool import observe
 from fiber.wire import serialization
-from fiber.wire.protocol import PoolOp, TaskKind
+from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger("fiber")
 
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
+IDLE_LIST, SPARE = "idle", "spare"  # the lists of workers with a parked line
 MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
-_STOP, _TASKS = PoolOp.STOP, PoolOp.TASKS
+_STOP, _TASKS, _RECALL = PoolOp.STOP, PoolOp.TASKS, PoolOp.RECALL
 _CALL = TaskKind.CALL
 _monotonic = time.monotonic
 
@@ -124,7 +137,8 @@ class Worker:
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
-                 "wire", "since")
+                 "wire", "since", "giving", "sent", "recalling", "recall_line", "awaiting",
+                 "give_open")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -139,9 +153,15 @@ class Worker:
         self.dismissed = False  # told to exit (a line was answered STOP)
         self.alive = True
         self.connected = False
-        self.listed = False  # in the table's idle or spare list
+        self.listed = ""  # the table's list it is in: "idle", "spare" or none ("")
         self.wire: Any = None  # a request it sent: its connection, for reading directly
         self.since = 0.0  # when its task in progress began (observe.py), time.monotonic()
+        self.giving: Line | None = None  # its give line, parked here (no recall under way)
+        self.sent = [0, 0]  # batches sent on each line
+        self.recalling: dict[int, Task] = {}  # tasks asked back, until its GIVE answers
+        self.recall_line = 0  # the line they were asked back from
+        self.awaiting = False  # idle, and tasks were asked back from others for it
+        self.give_open = False  # it was asked to open its give line (not closed since)
 
     @property
     def busy(self) -> bool:
@@ -210,6 +230,10 @@ class Scheduler:
         self.workers: dict[int, Worker] = {}  # every worker that is alive
         self.by_peer: dict[int, Worker] = {}
         self.starting = 0  # workers asked for that have not connected yet
+        self.connected = 0  # workers alive that have connected
+        # batches held by workers, plus workers with a recall under way: whether any
+        # task is with a worker, without a pass over the workers
+        self.outstanding = 0
         self.start_failures = 0  # workers in a row that ended before connecting
         self.task_ids = itertools.count()
         self.worker_ids = itertools.count(1)
@@ -217,6 +241,9 @@ class Scheduler:
         self.funcs: collections.OrderedDict[int, tuple[object, int, bytes]] = \
             collections.OrderedDict()
         self.func_bytes: dict[int, bytes] = {}
+        # workers that may hold tasks they have not started (checked when taken)
+        self.holders: collections.OrderedDict[int, Worker] = collections.OrderedDict()
+        self.recalled = 0  # tasks given back by a worker that had not started them
         # tasks held by recently lost workers: their results may still be in flight
         self.lost: collections.OrderedDict[int, dict[int, Task]] = collections.OrderedDict()
         # counts for Pool.stats()
@@ -280,6 +307,7 @@ class Scheduler:
         if not w.connected:
             w.connected = True
             self.starting -= 1
+            self.connected += 1
             self.start_failures = 0
             w.peer = request.peer
             self.by_peer[request.peer] = w
@@ -315,7 +343,11 @@ class Scheduler:
         """The last results of the batch ``line`` held (those not sent before with
         :meth:`partial`); the line is open again. Returns the outcomes to deliver
         (errors still packed)."""
-        batch = w.held.pop(line, None) or {}
+        batch = w.held.pop(line, None)
+        if batch is None:
+            batch = {}
+        else:
+            self.outstanding -= 1
         done = []
         failed = 0
         for tid, ok, value in items:
@@ -359,7 +391,8 @@ class Scheduler:
 
     # -- handing out ----------------------------------------------------------------
     def unfinished(self) -> bool:
-        return bool(self.queue) or any(w.busy for w in self.workers.values())
+        """Whether a task is queued or with a worker (held, or being given back)."""
+        return bool(self.queue) or self.outstanding > 0
 
     def offer(self, w: Worker) -> None:
         """A worker has a parked line: give it work, keep it, or stop it."""
@@ -382,9 +415,9 @@ class Scheduler:
             return
         if w.free_line() is None:
             return
-        if not w.listed:
-            w.listed = True
-            (self.spare if w.busy else self.idle).append(w)
+        self.relist(w)
+        if not w.busy and not w.awaiting and not self.queue and self.holders:
+            w.awaiting = self.steal()  # nothing queued for it: take back what waits
         if self.state != RUN:
             self.stop_idle()
 
@@ -394,6 +427,9 @@ class Scheduler:
             w.dismissed = True
         for request in parked.values():
             request.reply(_STOP)
+        if w.dismissed and w.giving is not None and not w.held:
+            giving, w.giving = w.giving, None
+            giving.reply(_STOP)
 
     def stop_idle(self) -> None:
         if self.unfinished():
@@ -404,7 +440,9 @@ class Scheduler:
 
     def send_batch(self, w: Worker, line: int) -> bool:
         """Answer the worker's parked ``line`` with a batch from the queue; False when
-        there was nothing to send, or the worker has had its ``maxtasks``."""
+        there was nothing to send, or the worker has had its ``maxtasks``. The batch
+        asks the worker to open its give line while workers are starting or fewer than
+        two tasks per worker are queued; one sent otherwise closes it."""
         if self.maxtasks is not None and w.dispatched >= self.maxtasks:
             return False
         queue = self.queue
@@ -414,8 +452,7 @@ class Scheduler:
             return False
         # size batches by the pool's target size, not by the workers up so far: the
         # first workers to connect must not take the work of those still starting
-        alive = max(1, self.target,
-                    sum(1 for x in self.workers.values() if x.connected and x.alive))
+        alive = max(1, self.target, self.connected)
         first = queue.popleft()
         batch = [first]
         if not first.alone and first.count == 1:  # chunks are batches already
@@ -427,6 +464,12 @@ class Scheduler:
                 if not task.done:
                     batch.append(task)
                     size -= 1
+        # the give line is wanted while workers may come up late or the queue's tail
+        # is near (a worker reading it costs a wake-up per message); else it is closed
+        want_give = self.starting > 0 or len(queue) < 2 * max(1, self.connected)
+        flags: int | bool = first.alone
+        if want_give and not w.give_open and not first.alone:
+            flags = BatchFlag.OPEN_GIVE
         wire = []
         for task in batch:
             if task.fid in w.funcs:
@@ -436,7 +479,7 @@ class Scheduler:
                 w.funcs.add(task.fid)
             wire.append((task.id, task.fid, code, task.kind, task.payload))
         try:
-            data = serialization.dumps((first.alone, wire))
+            data = serialization.dumps((flags, wire))
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
                 task.done = True
@@ -457,6 +500,17 @@ class Scheduler:
                 task.worker = None
                 queue.appendleft(task)
             return False
+        w.sent[line] += 1
+        w.awaiting = False
+        self.outstanding += 1
+        if flags == BatchFlag.OPEN_GIVE:
+            w.give_open = True  # its GIVE comes
+        elif not want_give and w.give_open and w.giving is not None and not w.recalling:
+            giving, w.giving = w.giving, None
+            w.give_open = False
+            giving.reply(_STOP)  # closed until the tail of the queue
+        if (len(batch) > 1 or len(w.held) > 1) and not first.alone:
+            self.holders[w.id] = w  # it holds tasks it has not started
         return True
 
     def dispatch_waiting(self) -> None:
@@ -468,9 +522,17 @@ class Scheduler:
             line = w.free_line()
             assert line is not None  # next_worker() returns workers with one
             self.send_batch(w, line)
-            if w.free_line() is not None and not w.listed:
-                w.listed = True
-                (self.spare if w.busy else self.idle).append(w)
+            if w.free_line() is not None:
+                self.relist(w)
+
+    def relist(self, w: Worker) -> None:
+        """Keep ``w`` (which has a parked line) in the list that fits it: ``idle`` when
+        it holds nothing, else ``spare``. A worker that moves leaves a stale entry in
+        the other list, which :meth:`next_worker` skips."""
+        want = SPARE if w.busy else IDLE_LIST
+        if w.listed != want:
+            w.listed = want
+            (self.spare if want == SPARE else self.idle).append(w)
 
     def may_prefetch(self) -> bool:
         """Whether a busy worker may take a batch in advance: only when the queue holds
@@ -481,16 +543,101 @@ class Scheduler:
     def next_worker(self) -> Worker | None:
         """A worker with a line to answer: one with nothing to do, else a busy one (not
         one that has had its ``maxtasks``: it is let go once its results are in)."""
-        for listing in (self.idle, self.spare):
+        for name, listing in ((IDLE_LIST, self.idle), (SPARE, self.spare)):
             if listing is self.spare and not self.may_prefetch():
                 return None
             while listing:
                 w = listing.popleft()
-                w.listed = False
+                if w.listed != name:
+                    continue  # a stale entry: it moved to the other list
+                w.listed = ""
                 if w.alive and not w.stopping and w.free_line() is not None \
                         and (self.maxtasks is None or w.dispatched < self.maxtasks):
                     return w
         return None
+
+    # -- taking back tasks not started (work stealing) -------------------------------
+    @staticmethod
+    def unstarted(w: Worker) -> tuple[int, list[Task]]:
+        """A line of ``w`` and the tasks of its batch the worker has not started, as far
+        as the table knows: its batch held in advance, else its running batch after the
+        task in progress (suspect tasks excepted)."""
+        if not w.held or not w.order:
+            return 0, []
+        first = w.order[0]
+        for line in reversed(w.order):  # the batch held in advance first
+            batch = w.held.get(line)
+            if not batch:
+                continue
+            tasks = list(batch.values())
+            if line == first:
+                tasks = tasks[1:]  # the first without a result is in progress
+            return line, [t for t in tasks if not t.done and not t.alone]
+        return 0, []
+
+    def steal(self) -> bool:
+        """Ask one holder to give back the later half of the tasks it has not started
+        (for a worker with nothing to do); False when no holder has any. A holder with
+        a recall under way, or without its give line yet, leaves the list until its
+        ``GIVE`` comes (:meth:`given`), so each holder is looked at once per change."""
+        if self.state == TERMINATE or self.broken is not None:
+            return False
+        holders = self.holders
+        while holders:
+            _, v = holders.popitem(last=False)
+            if not v.alive or v.giving is None or v.dismissed:
+                continue
+            line, tasks = self.unstarted(v)
+            if not tasks:
+                continue
+            take = tasks[len(tasks) // 2:]
+            request, v.giving = v.giving, None
+            data = serialization.dumps((line, v.sent[line], [t.id for t in take]))
+            if request.reply(_RECALL + data):
+                v.recalling = {t.id: t for t in take}
+                v.recall_line = line
+                self.outstanding += 1
+                return True
+            # the worker is gone: lose() requeues what it held
+        return False
+
+    def given(self, w: Worker, line: int, request: Line, ids: Iterable[int]) -> None:
+        """The worker gave back ``ids`` (of the tasks recalled from it; the rest it had
+        begun), and its give line is open again: requeue them at the front, hand them
+        out, and take back more while workers wait for work."""
+        w.giving = request
+        recalling, w.recalling = w.recalling, {}
+        if recalling:
+            self.outstanding -= 1
+        back = []
+        for tid in ids:
+            task = recalling.get(tid)
+            if task is None or task.done:
+                continue
+            batch = w.held.get(w.recall_line)
+            if batch is not None:
+                batch.pop(tid, None)
+            task.worker = None
+            back.append(task)
+        if back:
+            w.dispatched -= len(back)
+            self.recalled += len(back)
+            self.queue.extendleft(reversed(back))
+            logger.debug("pool worker %d gave back %d task(s)", w.id, len(back))
+        if w.dismissed and not w.held:
+            w.giving = None
+            request.reply(_STOP)
+        elif self.unstarted(w)[1]:
+            self.holders[w.id] = w
+        if self.state == TERMINATE:
+            return
+        if back:
+            self.dispatch_waiting()
+        if not self.queue and self.idle and self.holders:
+            self.steal()
+        if self.state == CLOSE and not self.unfinished():
+            self.stop_idle()
+            self.notify()
 
     # -- the worker set's news ------------------------------------------------------
     def new_workers(self, n: int) -> list[Worker]:
@@ -524,8 +671,11 @@ class Scheduler:
         if not w.alive:
             return []
         w.alive = False
-        if not w.connected:
+        if w.connected:
+            self.connected -= 1
+        else:
             self.starting -= 1
+        self.outstanding -= len(w.held) + (1 if w.recalling else 0)
         self.workers.pop(w.id, None)
         if w.peer is not None:
             self.by_peer.pop(w.peer, None)
@@ -541,6 +691,11 @@ class Scheduler:
         first_line = w.order[0] if w.order else None
         later = [t for line, batch in w.held.items() if line != first_line
                  for t in batch.values() if not t.done]
+        held = {t.id for t in running} | {t.id for t in later}
+        # asked back and no longer held (its batch ended without them): given back
+        later.extend(t for t in w.recalling.values() if not t.done and t.id not in held)
+        w.recalling = {}
+        self.holders.pop(w.id, None)
         w.held.clear()
         self.lost[w.id] = {t.id: t for t in running + later}
         while len(self.lost) > LOST_KEPT:
@@ -612,6 +767,7 @@ class Scheduler:
         for w in self.workers.values():
             for batch in w.held.values():
                 tasks.extend(batch.values())
+            tasks.extend(w.recalling.values())
         self.notify()
         error = ValueError("the pool was terminated before this task finished")
         outcomes: list[Outcome] = []

@@ -14,6 +14,16 @@ retires a line; the worker exits when both are retired (pool closed, shrunk, or
 ``maxtasksperchild`` reached). A batch of *suspect* tasks (ones that were running when
 a worker died) comes flagged: the worker confirms on a third line that it starts it,
 so that only a real start counts as an attempt.
+
+The master may take back tasks it sent but the worker has not started (so that a worker
+that comes up late, or one that ran out of work at a map's tail, gets them): a fourth
+line, the *give line*, is open for that (``GIVE``, served by the worker's
+:class:`Giver` thread) while the master wants it: a batch flagged ``OPEN_GIVE`` opens it,
+a ``STOP`` answer closes it (a thread reading the connection costs a wake-up per message,
+which a thousand workers on two cores feel, so it reads only while recalls may come).
+A ``RECALL`` answer names a line, the number of the batch on that line, and task ids;
+the worker gives back those it has not started (it will skip them) and says which in
+its next ``GIVE``, so a task is run by one worker only.
 """
 
 from __future__ import annotations
@@ -29,7 +39,7 @@ from typing import Any
 from fiber.errors import ConnectionLostError
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
-from fiber.wire.protocol import PoolOp, TaskKind
+from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger(__name__)
 
@@ -37,9 +47,12 @@ READY = PoolOp.READY
 RESULTS = PoolOp.RESULTS
 PARTIAL = PoolOp.PARTIAL
 STARTED = PoolOp.STARTED
+GIVE = PoolOp.GIVE
 STOP = PoolOp.STOP
 TASKS = PoolOp.TASKS
 CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
+# a batch's flags (True is a suspect batch, False a plain one)
+SUSPECT, OPEN_GIVE = BatchFlag.SUSPECT, BatchFlag.OPEN_GIVE
 
 
 # [(task_id, func_id, func_bytes or None when the worker has it, kind, payload), ...]
@@ -54,16 +67,20 @@ def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
 
 
 def run_batch(batch: Batch, funcs: dict[int, Any],
-              sender: ResultSender | None = None) -> list[tuple[int, bool, Any]]:
+              sender: ResultSender | None = None,
+              giver: Giver | None = None) -> list[tuple[int, bool, Any]]:
     """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order; returns
     ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception. With
     a ``sender``, every result but the last is handed to it as its task finishes, and
-    the list holds the last one only."""
+    the list holds the last one only. With a ``giver``, a task it gave back is skipped
+    (it has no result here)."""
     load_functions(batch, funcs)
     results: list[tuple[int, bool, Any]] = []
     last = len(batch) - 1
     early = sender if sender is not None and last > 0 else None
     for index, (task_id, func_id, _, kind, payload) in enumerate(batch):
+        if giver is not None and not giver.begin(task_id):
+            continue  # given back: another worker runs it
         func = funcs[func_id]
         try:
             if kind == CALL:
@@ -184,6 +201,88 @@ class ResultSender:
                     return
 
 
+class Giver:
+    """Gives back, from a thread of its own, tasks the master recalls that the worker has
+    not started (the give line; see the module's docstring).
+
+    The main thread calls :meth:`begin` before each task and :meth:`end_batch` after
+    each batch; a recall (line, batch number on that line, ids) is granted for the ids
+    not started, provided that batch has not ended, and those ids are skipped when
+    their turn comes. The lock makes "started" and "given back" exclusive. The give
+    line is opened by :meth:`open` (main thread) and closed by the master's ``STOP``;
+    the thread serves it as many times as it was opened."""
+
+    def __init__(self, client: Any, cid: int, worker_id: int) -> None:
+        self._ctx = client.context()
+        self._cid = cid
+        self._worker_id = worker_id
+        self._lock = threading.Lock()
+        self.line = 0  # the line whose batch runs (set by the main thread)
+        self._ended = [0, 0]  # batches ended, per line
+        self._started: set[int] = set()  # tasks begun in the running batch
+        self._skip: tuple[set[int], set[int]] = (set(), set())  # given back, per line
+        self._opened = 0  # times the master asked for the give line
+        self._closed = 0  # times it closed it
+        self._changed = threading.Condition(self._lock)
+        self._thread: threading.Thread | None = None
+
+    def open(self) -> None:
+        """The master asks for the give line (main thread)."""
+        with self._changed:
+            self._opened += 1
+            self._changed.notify()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
+                                            daemon=True)
+            self._thread.start()
+
+    def begin(self, task_id: int) -> bool:
+        """Whether to run ``task_id`` (False: it was given back); it counts as started."""
+        with self._lock:
+            if task_id in self._skip[self.line]:
+                return False
+            self._started.add(task_id)
+            return True
+
+    def end_batch(self) -> None:
+        """The running batch ended (before its line's results go)."""
+        with self._lock:
+            self._ended[self.line] += 1
+            self._started.clear()
+            self._skip[self.line].clear()
+
+    def grant(self, line: int, number: int, ids: Sequence[int]) -> list[int]:
+        """The ids of a recall the worker gives back."""
+        with self._lock:
+            if line not in (0, 1) or self._ended[line] >= number:
+                return []  # that batch is over: every task of it ran
+            given = [tid for tid in ids if tid not in self._started]
+            self._skip[line].update(given)
+            return given
+
+    def _run(self) -> None:
+        ctx = self._ctx
+        opening = GIVE + _HEADER.pack(self._worker_id, 0) + serialization.dumps([])
+        try:
+            while True:
+                with self._changed:
+                    while self._opened <= self._closed:
+                        self._changed.wait()
+                ctx.send(self._cid, opening)
+                while True:
+                    reply = ctx.recv()
+                    if reply[:1] != PoolOp.RECALL:
+                        break  # STOP: closed (no recall expected, or dismissed)
+                    line, number, ids = serialization.loads(memoryview(reply)[1:])
+                    given = self.grant(line, number, ids)
+                    ctx.send(self._cid, GIVE + _HEADER.pack(self._worker_id, line)
+                             + serialization.dumps(given))
+                with self._changed:
+                    self._closed += 1
+        except ConnectionLostError:
+            return  # the main thread finds out too
+
+
 def _unpicklable_result(exc: Exception, value: Any) -> Exception:
     import multiprocessing.pool  # lazy: only for a result that cannot be pickled
 
@@ -205,6 +304,7 @@ def worker(address: str, cid: int, worker_id: int,
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
         lines.append((line, ctx))
+    giver = Giver(client, cid, worker_id)
     try:
         while lines:
             line, ctx = lines.popleft()
@@ -218,17 +318,21 @@ def worker(address: str, cid: int, worker_id: int,
             if reply[:1] == STOP:
                 ctx.close()
                 continue
-            suspect, batch = serialization.loads(memoryview(reply)[1:])
-            if suspect:
+            flags, batch = serialization.loads(memoryview(reply)[1:])
+            if flags & OPEN_GIVE:
+                giver.open()
+            if flags & SUSPECT:
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
+            giver.line = line
             if len(batch) > 1:
                 if sender is None:
                     sender = ResultSender(client, cid, worker_id)
                 sender.line = line
-                results = sender.finish(run_batch(batch, funcs, sender))
+                results = sender.finish(run_batch(batch, funcs, sender, giver))
             else:
-                results = run_batch(batch, funcs)
+                results = run_batch(batch, funcs, None, giver)
+            giver.end_batch()
             ctx.send(cid, encode_results(worker_id, line, results))
             lines.append((line, ctx))
     finally:

@@ -2,8 +2,13 @@
 workers go, and ending them.
 
 Workers are job-backed processes (fiber Processes, made by the ``make_process`` the
-pool passes in) started on a small thread pool, the *starter*, since a cluster backend
-may take seconds per job. A *supervisor* thread keeps the number of live workers at the
+pool passes in) started on a thread pool, the *starter*, since a cluster backend may
+take seconds per job: up to ``STARTER_THREADS`` jobs are created at once (threads are
+made only as starts wait, so a small pool makes few): a pool of a thousand workers on a
+cluster whose API takes a second per job starts in half a minute, not two (8 threads).
+More would not help the local backend, whose template forks one job at a time (a
+thousand local workers started in 14-19 s with 8, 32 or 128 on this loaded machine),
+and would only lengthen the wait of each start for its answer. A *supervisor* thread keeps the number of live workers at the
 pool's target size: it asks the pending table (:mod:`~fiber.runtime.pool.scheduler`)
 for the records of the missing workers (they count as *starting* until they connect)
 and hands them to the starter. It holds the worker set only weakly between rounds, so
@@ -45,7 +50,7 @@ from fiber.wire import transport
 logger = logging.getLogger("fiber")
 
 START_FAILURES_LIMIT = 3
-STARTER_THREADS = 8
+STARTER_THREADS = 32  # job creations under way at once, at most
 #: seconds terminate_workers waits for the workers to exit, before and after forcing
 END_JOIN_WAIT = 5.0
 

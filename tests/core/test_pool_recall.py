@@ -1,0 +1,289 @@
+"""The pending table takes back tasks a worker holds but has not started (recall, or
+work stealing: fiber.runtime.pool.scheduler), driven directly.
+
+No pool, process or connection is involved: workers and the wire are faked as in
+test_pool_scheduler.py. A worker's give line is a ``FakeLine`` handed to
+``Scheduler.given``; the worker's side (which of the recalled tasks it gives back) is
+played by the test, as the real worker's ``Giver`` would answer. The ``Giver`` itself
+(the worker's side) is tested last over a fake connection that records what it sends.
+The same protocol over real processes: test_pool_late_workers.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from fiber.runtime.pool.scheduler import IDLE, Scheduler
+from fiber.runtime.pool.worker import Giver
+from fiber.wire import serialization
+from fiber.wire.protocol import PoolOp, TaskKind
+
+
+def square(x):
+    return x * x
+
+
+class FakeLine:
+    """A worker's standing request: answered once."""
+
+    def __init__(self, peer: int) -> None:
+        self.peer = peer
+        self.answer: bytes | None = None
+
+    def reply(self, data: bytes) -> bool:
+        assert self.answer is None, "a line was answered twice"
+        self.answer = data
+        return True
+
+    def batch(self) -> list:
+        assert self.answer is not None and self.answer[:1] == PoolOp.TASKS, self.answer
+        return serialization.loads(memoryview(self.answer)[1:])[1]
+
+    def recall(self) -> tuple[int, int, list[int]]:
+        """(line, batch number on that line, task ids) of a RECALL answer."""
+        assert self.answer is not None and self.answer[:1] == PoolOp.RECALL, self.answer
+        return tuple(serialization.loads(memoryview(self.answer)[1:]))
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+
+    def _set(self, start, count, ok, value) -> None:
+        assert ok
+        self.starts.extend(range(start, start + count))
+
+
+def up(s: Scheduler, w) -> tuple[dict[int, FakeLine], FakeLine]:
+    """The worker opens its two lines and its give line."""
+    lines = {line: FakeLine(peer=1000 + w.id) for line in (0, 1)}
+    for line, request in lines.items():
+        s.ready(w, line, request)
+    give = FakeLine(peer=1000 + w.id)
+    s.given(w, 0, give, [])
+    return lines, give
+
+
+def results(s: Scheduler, w, line: int, request: FakeLine, skip=()) -> tuple[FakeLine, list]:
+    """The worker ran the batch of ``line`` (but the tasks in ``skip``, given back) and
+    reopens the line."""
+    out = [(tid, True, [square(x) for x in payload])
+           for tid, _, _, _, payload in request.batch() if tid not in skip]
+    again = FakeLine(peer=1000 + w.id)
+    return again, s.results(w, line, again, out)
+
+
+def deliver(sink: Sink, done) -> None:
+    for task, ok, value in done:
+        task.sink._set(task.start, task.count, ok, value)
+
+
+def test_a_worker_that_comes_up_late_takes_back_a_task_held_in_advance():
+    s = Scheduler(2, attempts_limit=3)
+    w1, w2 = s.new_workers(2)
+    lines1, give1 = up(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)
+    # w1 runs task 0 and holds task 1 in advance (more tasks than starting workers)
+    (t1,) = lines1[1].batch()
+    lines2, give2 = up(s, w2)
+    (t2,) = lines2[0].batch()
+    again2, done = results(s, w2, 0, lines2[0])
+    deliver(sink, done)
+    # w2 has nothing to do and the queue is empty: w1 is asked for task 1 back
+    assert give1.recall() == (1, 1, [t1[0]])
+    assert s.unfinished() and not s.queue
+    give1b = FakeLine(peer=1001)
+    s.given(w1, 1, give1b, [t1[0]])  # w1 had not started it: given back
+    assert s.recalled == 1 and w1.dispatched == 1 and give1b.answer is None
+    # the idle worker got it (on the line it waits on next)
+    (t1_again,) = lines2[1].batch()
+    assert t1_again[0] == t1[0]
+    _, done = results(s, w2, 1, lines2[1])
+    deliver(sink, done)
+    # w1 finishes task 0, then skips the batch it gave back: its results are empty
+    again1, done = results(s, w1, 0, lines1[0])
+    deliver(sink, done)
+    _, done = results(s, w1, 1, lines1[1], skip={t1[0]})
+    assert done == []
+    assert sorted(sink.starts) == [0, 1, 2] and s.done == 3
+    assert not s.unfinished() and w1.state == IDLE and w2.state == IDLE
+
+
+def test_a_task_the_worker_had_begun_is_not_given_back():
+    s = Scheduler(2, attempts_limit=3)
+    w1, w2 = s.new_workers(2)
+    lines1, give1 = up(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)
+    (t1,) = lines1[1].batch()
+    lines2, _ = up(s, w2)
+    _, done = results(s, w2, 0, lines2[0])
+    deliver(sink, done)
+    assert give1.recall()[2] == [t1[0]]
+    # w1 finished task 0 and began task 1 before the recall reached it
+    _, done = results(s, w1, 0, lines1[0])
+    deliver(sink, done)
+    s.given(w1, 1, FakeLine(peer=1001), [])
+    assert s.recalled == 0 and not s.queue and lines2[1].answer is None
+    _, done = results(s, w1, 1, lines1[1])
+    deliver(sink, done)
+    assert sorted(sink.starts) == [0, 1, 2] and not s.unfinished()
+
+
+def test_results_that_cross_a_recall_and_a_worker_lost_meanwhile():
+    """The worker gives back the tail of its running batch and ends that batch (its
+    results come before its GIVE): the task it skipped still counts as pending; when
+    the worker is lost before its GIVE arrives, the task runs again elsewhere without
+    counting an attempt (attempts_limit=1 would fail it otherwise)."""
+    s = Scheduler(1, attempts_limit=1)
+    (w1,) = s.new_workers(1)
+    lines1, give1 = up(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(5)), 1, TaskKind.MAP, sink)
+    running, ahead = lines1[0].batch(), lines1[1].batch()
+    assert [len(running), len(ahead), len(s.queue)] == [3, 1, 1]
+    s.target = 2
+    (w2,) = s.new_workers(1)
+    lines2, _ = up(s, w2)
+    again2, done = results(s, w2, 0, lines2[0])  # the last queued task
+    deliver(sink, done)
+    # nothing queued: w2 asks w1 for the batch it holds in advance first
+    assert give1.recall() == (1, 1, [ahead[0][0]])
+    give1b = FakeLine(peer=1001)
+    s.given(w1, 1, give1b, [ahead[0][0]])
+    assert [t[0] for t in lines2[1].batch()] == [ahead[0][0]]
+    _, done = results(s, w2, 1, lines2[1])
+    deliver(sink, done)
+    # then the later half of its running batch, never the task in progress
+    line, number, tail = give1b.recall()
+    assert (line, number, tail) == (0, 1, [running[2][0]])
+    # w1's batch ends without that task (skipped), before its GIVE comes
+    _, done = results(s, w1, 0, lines1[0], skip=set(tail))
+    deliver(sink, done)
+    assert s.unfinished() and not s.queue  # neither done nor queued, not forgotten
+    assert s.lose(w1) == []
+    assert [t[0] for t in again2.batch()] == tail  # the idle worker has it
+    _, done = results(s, w2, 0, again2)
+    deliver(sink, done)
+    assert sorted(sink.starts) == [0, 1, 2, 3, 4] and s.failed == 0
+    assert not s.unfinished()
+
+
+def test_terminate_fails_the_tasks_of_a_recall_under_way():
+    s = Scheduler(2, attempts_limit=3)
+    w1, w2 = s.new_workers(2)
+    lines1, give1 = up(s, w1)
+    sink = Sink()
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)
+    (t1,) = lines1[1].batch()
+    lines2, _ = up(s, w2)
+    results(s, w2, 0, lines2[0])
+    assert give1.recall()[2] == [t1[0]]
+    results(s, w1, 1, lines1[1], skip={t1[0]})  # skipped, GIVE not there yet
+    failed = s.terminate()
+    assert failed is not None and t1[0] in {t.id for t, _, _ in failed}
+
+
+class FakeContext:
+    """A request line of a fake connection: records what is sent; ``recv`` blocks
+    until the test ends (no RECALL comes: the test calls ``grant`` itself)."""
+
+    def __init__(self) -> None:
+        self.sent: list[bytes] = []
+        self.sending = threading.Event()
+        self.never = threading.Event()
+
+    def send(self, channel: int, payload: bytes) -> None:
+        self.sent.append(payload)
+        self.sending.set()
+
+    def recv(self, timeout=None) -> bytes:
+        self.never.wait()
+        return PoolOp.STOP
+
+    def close(self) -> None:
+        pass
+
+
+class FakeClient:
+    def __init__(self) -> None:
+        self.ctx = FakeContext()
+
+    def context(self) -> FakeContext:
+        return self.ctx
+
+
+def test_the_worker_gives_back_only_tasks_it_has_not_begun():
+    client = FakeClient()
+    giver = Giver(client, cid=5, worker_id=9)
+    try:
+        assert client.ctx.sent == []  # its give line opens when the master asks
+        giver.open()
+        assert client.ctx.sending.wait(10)
+        assert client.ctx.sent[0][:1] == PoolOp.GIVE
+        giver.line = 0  # running the first batch of line 0: tasks 1, 2, 3
+        assert giver.begin(1)
+        assert giver.grant(0, 1, [1, 2, 3]) == [2, 3]  # 1 has begun
+        assert not giver.begin(2) and not giver.begin(3)  # skipped: given back
+        # the batch held in advance on line 1, not received yet: all of it
+        assert giver.grant(1, 1, [7, 8]) == [7, 8]
+        giver.end_batch()
+        # a recall of a batch that has ended gives nothing (its tasks all ran)
+        assert giver.grant(0, 1, [1, 2]) == []
+        giver.line = 1
+        assert not giver.begin(7) and not giver.begin(8)
+        giver.end_batch()
+        # the next batch on line 0 is batch number 2 there
+        giver.line = 0
+        assert giver.grant(0, 2, [2]) == [2] and not giver.begin(2)
+    finally:
+        client.ctx.never.set()
+
+
+def test_the_give_line_is_open_only_while_workers_start_or_near_the_tail():
+    """A worker reading its give line costs a wake-up per message: the table asks for it
+    (a batch flagged OPEN_GIVE) while workers are starting or the queue is short, and
+    closes it (STOP) when a batch goes out with a long queue and no worker starting."""
+    from fiber.wire.protocol import BatchFlag
+
+    def flags(line: FakeLine):
+        return serialization.loads(memoryview(line.answer)[1:])[0]
+
+    s = Scheduler(2, attempts_limit=3)
+    w1, w2 = s.new_workers(2)
+    lines1 = {line: FakeLine(peer=1001) for line in (0, 1)}
+    for line, request in lines1.items():
+        s.ready(w1, line, request)
+    sink = Sink()
+    s.submit_chunks(square, list(range(100)), 1, TaskKind.MAP, sink)
+    assert flags(lines1[0]) == BatchFlag.OPEN_GIVE and w1.give_open  # w2 is starting
+    assert flags(lines1[1]) is False  # asked once
+    give = FakeLine(peer=1001)
+    s.given(w1, 0, give, [])  # the worker opened it
+    lines2 = {line: FakeLine(peer=1002) for line in (0, 1)}
+    for line, request in lines2.items():
+        s.ready(w2, line, request)
+    assert flags(lines2[0]) is False  # nobody starting, a long queue
+    again, done = results(s, w1, 0, lines1[0])
+    deliver(sink, done)
+    assert give.answer == PoolOp.STOP and not w1.give_open  # closed
+    # drain: the flag comes back once the queue is short (its tail is near)
+    pending = {(w1, 1): lines1[1], (w1, 0): again, (w2, 0): lines2[0], (w2, 1): lines2[1]}
+    reopened = None
+    while pending and reopened is None:
+        (w, line), request = next(iter(pending.items()))
+        del pending[(w, line)]
+        if request.answer is None:
+            continue
+        if flags(request) == BatchFlag.OPEN_GIVE:
+            reopened = w
+            break
+        queued = len(s.queue)
+        new, done = results(s, w, line, request)
+        deliver(sink, done)
+        pending[(w, line)] = new
+        if new.answer is not None and flags(new) == BatchFlag.OPEN_GIVE:
+            assert queued < 2 * 2 + len(new.batch())
+            reopened = w
+    assert reopened is not None and reopened.give_open
