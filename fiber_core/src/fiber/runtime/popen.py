@@ -236,6 +236,7 @@ class JobPopen:
                                        lambda: submit.create(self.backend, spec),
                                        float(cfg.backend_retry_timeout))
         except BaseException:
+            self._done.set()  # no process: a child that connected anyway is not watched
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
             raise
@@ -313,13 +314,15 @@ class JobPopen:
         silent = time.monotonic() - self.channel.last_seen
         if silent > self.heartbeat_timeout:
             logger.warning("%s (job %s) has been silent for %.0fs: ending it as lost",
-                           self.process_name, self.job.id, silent)
+                           self.process_name, self._job_id(), silent)
             self._force_end()
             self._finish(-signal.SIGKILL)
             return
         self.hub.call_later(self.heartbeat_interval, self._check_alive)
 
     def _force_end(self) -> None:
+        if getattr(self, "job", None) is None:
+            return  # still being created: its creation's end decides (see __init__)
         try:
             self.backend.terminate(self.job, force=True)
         except Exception:  # noqa: BLE001 - the job may be unreachable
