@@ -60,8 +60,8 @@ def test_killed_fresh_workers_are_replaced(run_script):
                     while len(killed) < 8 and not result.ready():
                         for w in pool.stats().workers:
                             p = w.process
-                            if (w.state == "starting" and p is not None and p.pid
-                                    and p.pid not in killed):
+                            if (len(killed) < 8 and w.state == "starting" and p is not None
+                                    and p.pid and p.pid not in killed):
                                 os.kill(p.pid, signal.SIGKILL)
                                 killed.append(p.pid)
                         time.sleep(0.02)
