@@ -179,11 +179,17 @@ class Process:
 
     @property
     def ident(self) -> int | None:
-        """The process id on the host it runs on (see also :attr:`job_id`)."""
+        """The process id on the host it runs on (see also :attr:`job_id`). As in
+        multiprocessing, a started process has one; a job whose backend does not name
+        it by its pid (a container, a pod) tells it when it runs, so this waits until
+        then (None if it ended without running)."""
         self._check_closed()
         if self is _current_process:
             return os.getpid()
-        return self._popen.pid if self._popen is not None else None
+        if self._popen is None:
+            return None
+        wait_for_pid = getattr(self._popen, "wait_for_pid", None)
+        return wait_for_pid() if wait_for_pid is not None else self._popen.pid
 
     pid = ident
 

@@ -83,7 +83,9 @@ class JobSpec:
 class Job:
     """A job a backend created. ``id`` is the cluster's name for it (a pid, a
     container id, a Slurm job id, a pod name). ``host`` is where it runs, if known.
-    ``handle`` is for the backend's private use (a Popen, an SSH channel, ...); the
+    ``pid`` is the id of the job's process on that host, if the backend knows it when
+    it creates the job (the local backend does; others leave it None and the job tells
+    it when it connects). ``handle`` is for the backend's private use (a Popen, an SSH channel, ...); the
     core never looks inside it and never sends it to another process."""
 
     id: str
@@ -91,6 +93,7 @@ class Job:
     spec: JobSpec
     host: str | None = None
     handle: Any = field(default=None, repr=False)
+    pid: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)

@@ -209,6 +209,7 @@ class JobPopen:
         self.host: str | None = None
         # self.job: set once create_job returns (the job may say hello before that)
         self._done = threading.Event()
+        self._known = threading.Event()  # its pid is known (it said hello) or it ended
         self._lock = threading.Lock()
         self._sentinel: tuple[int, int] | None = None
         self._connected = False  # it said hello (stays True once it did)
@@ -237,14 +238,15 @@ class JobPopen:
                                        float(cfg.backend_retry_timeout))
         except BaseException:
             self._done.set()  # no process: a child that connected anyway is not watched
+            self._known.set()
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
             raise
         with _unreleased_lock:
             _unreleased.add(self)
         self.host = self.job.host
-        if self.job.id.isdigit():
-            self.pid = int(self.job.id)
+        if self.job.pid is not None and self.pid is None:  # (it may have said hello)
+            self.pid = self.job.pid
         logger.debug("started %s as %s job %s", self.process_name, self.backend.name, self.job.id)
         monitor_for(self.backend).watch(self.job, self._job_ended)
 
@@ -279,6 +281,7 @@ class JobPopen:
         self._connected = True
         self._link_up = True
         self.pid, self.host = pid, host
+        self._known.set()
         self.hub.call_later(self.heartbeat_interval, self._check_alive)
 
     def _job_id(self) -> str:
@@ -405,6 +408,7 @@ class JobPopen:
                 return
             self.returncode = code
             self._done.set()
+            self._known.set()
             if self._sentinel is not None:
                 os.close(self._sentinel[1])
                 self._sentinel = (self._sentinel[0], -1)
@@ -443,6 +447,14 @@ class JobPopen:
         self.output.write(stream, text)
 
     # -- the Popen interface --------------------------------------------------------
+    def wait_for_pid(self) -> int | None:
+        """The job's process id, once it is known: a job whose backend does not name
+        it by its pid (a container, a pod) tells it when it connects, so this waits
+        until the job runs (or has ended without running: None)."""
+        if self.pid is None:
+            self._known.wait()
+        return self.pid
+
     def poll(self) -> int | None:
         return self.returncode
 

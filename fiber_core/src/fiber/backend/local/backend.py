@@ -194,7 +194,7 @@ class LocalBackend(Backend):
     def _add(self, spec: JobSpec, proc: _Proc, log_path: str) -> Job:
         recorded = records.write(proc.pid, spec.name, spec.labels, log_path)
         job = Job(id=str(proc.pid), backend=self.name, spec=spec, host="localhost",
-                  handle=_Handle(proc, log_path, recorded))
+                  handle=_Handle(proc, log_path, recorded), pid=proc.pid)
         with self._lock:
             self._jobs[job.id] = job
         return job

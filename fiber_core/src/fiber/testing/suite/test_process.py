@@ -123,3 +123,25 @@ def test_cannot_start_twice_or_join_unstarted():
     with pytest.raises(AssertionError):
         p.start()
     p.join(60)
+
+
+def _send_own_pid(q):
+    import os
+
+    q.put(os.getpid())
+
+
+def test_pid_after_start_is_the_process_id_of_the_job():
+    """As in multiprocessing, a started process has its pid (fiber waits until the job
+    runs when the backend does not name jobs by their pid): code that keys its
+    processes by pid, as concurrent.futures.ProcessPoolExecutor does, works."""
+    q = fiber.Queue()
+    procs = [fiber.Process(target=_send_own_pid, args=(q,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    pids = [p.pid for p in procs]
+    assert all(isinstance(pid, int) for pid in pids)
+    assert sorted(q.get(timeout=120) for _ in procs) == sorted(pids)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0 and p.pid in pids
