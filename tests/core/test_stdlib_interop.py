@@ -189,6 +189,26 @@ def test_lock_contended_between_fiber_parent_and_stdlib_child(method):
     assert counter.value == 2 * n
 
 
+def _sum_child(values, array, total):
+    total.value = values.value + sum(array)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_shared_ctypes_after_the_standard_library_made_its_own(method):
+    """Once a process has made a multiprocessing.sharedctypes object, multiprocessing's
+    pickler reduces every object of that ctypes type with its own reducer (it registers
+    it globally), fiber's too: they must still reach the child as shared memory."""
+    import multiprocessing.sharedctypes as stdlib_sharedctypes
+
+    stdlib_sharedctypes.RawValue("i", 1)
+    stdlib_sharedctypes.RawArray("d", 2)
+    values, array, total = fiber.RawValue("i", 5), fiber.RawArray("d", [1.5, 2.5]), \
+        fiber.RawValue("d", 0.0)
+    proc = _start(method, _sum_child, values, array, total)
+    _finish(proc)
+    assert total.value == 9.0  # written by the child into the parent's memory
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_synchronization_primitives_and_shared_ctypes(method):
     barrier = fiber.Barrier(2)

@@ -125,7 +125,34 @@ def _mark(obj: Any, ref: _Ref) -> Any:
             copyreg.pickle(cls, _reduce_ctype)
             _registered.add(cls)
     obj._fiber_ref = ref
+    obj._wrapper = _StdlibWrapper(ref.buffer)
     return obj
+
+
+class _StdlibWrapper:
+    """What multiprocessing's own reducer of ctypes objects needs of a shared one
+    (``obj._wrapper``): once a process has made a ``multiprocessing.sharedctypes``
+    object, multiprocessing's pickler, used to start its children, reduces every object
+    of that ctypes type with its own reducer, fiber's objects too; it then pickles this
+    wrapper, which the child maps again by name (a standard-library child runs on this
+    host), so the child shares the same memory either way."""
+
+    def __init__(self, buffer: SharedBuffer) -> None:
+        self.buffer = buffer
+
+    def create_memoryview(self) -> memoryview:
+        return memoryview(self.buffer.map)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _attach_stdlib_wrapper, (self.buffer.name, self.buffer.size)
+
+
+def _attach_stdlib_wrapper(name: str, size: int) -> _StdlibWrapper:
+    buffer = _buffers.get(name)
+    if buffer is None:
+        buffer = SharedBuffer.attach(name, size)
+        _buffers[name] = buffer
+    return _StdlibWrapper(buffer)
 
 
 def _new_value(ctype: Any) -> Any:
