@@ -161,3 +161,26 @@ def test_a_reply_queued_for_a_peer_that_left_does_not_stop_the_selector():
         assert hub._stream._thread.is_alive()
     finally:
         hub.close()
+
+
+def test_a_connection_left_out_after_a_direct_read_is_taken_back():
+    # after a direct read the connection stays out of the selector (no epoll_ctl per
+    # get() in a loop, issue #19); a frame nobody waits for and the end of the stream
+    # that come then are still seen, by the selector thread, within milliseconds
+    hub, rec, cid, client, parked = _setup()
+    try:
+        listener = hub._stream
+        threading.Timer(0.05, lambda: client.context().send(cid, b"ping")).start()
+        assert parked.read_until(lambda: any(d == b"ping" for d, _ in rec.seen), 10)
+        assert parked._conn in listener._parked  # left out for the next direct read
+        _until(lambda: parked._conn not in listener._parked, 1)
+        assert client.request(cid, b"unsolicited", timeout=10) == b"unsolicited"
+        assert rec.seen[-1] == (b"unsolicited", "fiber-stream")
+        # parked again, then the peer goes: peer_gone is still reported
+        assert parked.read_until(lambda: False, 0.01)
+        assert parked._conn in listener._parked
+        client.close()
+        _until(lambda: rec.gone, 10)
+        assert not listener._parked
+    finally:
+        hub.close()

@@ -48,6 +48,10 @@ __all__ = ["StreamListener", "StreamRequest"]
 logger = logging.getLogger("fiber")
 
 _RECHECK = 0.1  # seconds between checks of a direct reader's condition
+# a connection a caller read directly stays out of the selector this long after (so that
+# a loop of get()s does not pay two epoll_ctl each): the selector takes it back when it
+# has been left alone this long, within twice this time
+_PARK = 0.002
 # peer numbers of stream connections start here, far above nng's 31-bit pipe ids
 _peer_ids = itertools.count(1 << 40)
 
@@ -243,6 +247,8 @@ class StreamListener:
         self._lock = threading.Lock()
         self._joining: list[_Connection] = []  # authenticated, to be registered
         self._writers: set[_Connection] = set()
+        # connections out of the selector since a direct read ended, and when it ended
+        self._parked: dict[_Connection, float] = {}
         self._conns: set[_Connection] = set()
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="fiber-stream", daemon=True)
@@ -310,7 +316,7 @@ class StreamListener:
         sel = self._selector
         while not self._closed:
             try:
-                events = sel.select()
+                events = sel.select(_PARK if self._parked else None)
             except OSError:
                 if self._closed:
                     return
@@ -328,6 +334,28 @@ class StreamListener:
                             self._watch(conn, write=False)
                     if mask & selectors.EVENT_READ and not conn.closed:
                         self._readable(conn)
+            if self._parked:
+                self._unpark()
+
+    def _unpark(self) -> None:
+        """Put back in the selector the connections no caller has read directly for
+        ``_PARK`` seconds (one a caller reads now stays out: that caller returns it)."""
+        now = time.monotonic()
+        with self._lock:
+            for conn, since in list(self._parked.items()):
+                if conn.closed:
+                    del self._parked[conn]
+                    continue
+                if now - since < _PARK or not conn.rlock.acquire(False):
+                    continue
+                try:
+                    self._selector.register(conn.sock, selectors.EVENT_READ | (
+                        selectors.EVENT_WRITE if conn._out else 0), conn)
+                except (KeyError, ValueError, OSError):
+                    pass
+                finally:
+                    conn.rlock.release()
+                del self._parked[conn]
 
     def _drain_wake(self) -> None:
         try:
@@ -348,6 +376,18 @@ class StreamListener:
     def _watch(self, conn: _Connection, write: bool) -> None:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
         with self._lock:
+            if conn in self._parked:
+                # out of the selector since a direct read: what is left to write brings
+                # it back now (unless a caller reads it directly: that caller writes it)
+                if write and conn.rlock.acquire(False):
+                    try:
+                        self._selector.register(conn.sock, events, conn)
+                    except (KeyError, ValueError, OSError):
+                        pass
+                    finally:
+                        conn.rlock.release()
+                    del self._parked[conn]
+                return
             try:
                 self._selector.modify(conn.sock, events, conn)
             except (KeyError, ValueError, OSError):
@@ -380,17 +420,19 @@ class StreamListener:
         that connection itself until ``done()`` holds or ``timeout`` passes: the reply
         is then dispatched on the thread that waits for it, and the hop from the
         selector thread (a thread wake-up, about a fifth of a pool's round trip) is
-        saved. The connection leaves the selector meanwhile and returns to it after.
+        saved. The connection leaves the selector meanwhile and returns to it when no
+        caller has read it for ``_PARK`` seconds (at once when it has bytes to write).
         False when another thread is reading the connection or it is gone (the
         caller then waits as usual)."""
         if conn.closed or not conn.rlock.acquire(False):
             return False
         with self._lock:
-            try:
-                self._selector.unregister(conn.sock)
-            except (KeyError, ValueError, OSError):
-                conn.rlock.release()  # closed meanwhile
-                return False
+            if conn not in self._parked:  # else still out since the last direct read
+                try:
+                    self._selector.unregister(conn.sock)
+                except (KeyError, ValueError, OSError):
+                    conn.rlock.release()  # closed meanwhile
+                    return False
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = select.poll()
         poller.register(conn.sock, select.POLLIN)
@@ -418,19 +460,30 @@ class StreamListener:
                     alive = False
                     break
         finally:
+            wake = False
             with self._lock:
                 conn.rlock.release()
-                if alive and not conn.closed and not self._closed:
-                    mask = selectors.EVENT_READ | (
-                        selectors.EVENT_WRITE if conn._out else 0)
+                if not alive or conn.closed or self._closed:
+                    self._parked.pop(conn, None)
+                elif conn._out:
+                    self._parked.pop(conn, None)
                     try:
-                        self._selector.register(conn.sock, mask, conn)
+                        self._selector.register(
+                            conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
                     except (KeyError, ValueError, OSError):
                         pass
+                else:
+                    # left out of the selector for the next direct read; the selector
+                    # thread (woken when it had none) takes it back after _PARK
+                    wake = not self._parked
+                    self._parked[conn] = time.monotonic()
+            if wake:
+                self._wake()
         return True
 
     def _drop(self, conn: _Connection) -> None:
         with self._lock:
+            self._parked.pop(conn, None)
             try:
                 self._selector.unregister(conn.sock)
             except (KeyError, ValueError, OSError):
