@@ -23,7 +23,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
@@ -32,7 +32,9 @@ from fiber import util
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import config, run
+from fiber.runtime.pool import feeder
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
+from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.results import (
     ApplyResult,
     AsyncResult,
@@ -117,6 +119,14 @@ def _worker_process(address: str, cid: int, initializer: Callable[..., object] |
                    args=(address, cid, wid, initializer, initargs))
 
 
+def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
+                feed: Feeder) -> None:
+    """A feeder's thread ends (it holds the pool's parts, not the pool)."""
+    with lock:
+        feeders.discard(feed)
+        scheduler.feed_ended()
+
+
 class Pool:
     """A pool of job-backed worker processes, as :class:`multiprocessing.pool.Pool`.
 
@@ -158,9 +168,19 @@ class Pool:
         serialization.dumps_code((initializer, initargs))
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
+        # the feeders of running imaps: woken, as the supervisor, when the table
+        # notifies (close, terminate); the closure does not hold the pool
+        self._feeders: set[Feeder] = set()
+        feeders = self._feeders
+
+        def notify() -> None:
+            changed.notify_all()
+            for feed in list(feeders):
+                feed.wake()
+
         self._scheduler = Scheduler(
             processes, max_task_attempts or config.get_config().max_task_attempts,
-            maxtasksperchild, changed.notify_all)
+            maxtasksperchild, notify)
         hub = run.hub()
         self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
         self._address = hub.stream_address
@@ -332,23 +352,40 @@ class Pool:
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
         return self._chunks(func, items, chunksize, TaskKind.STARMAP, result)
 
-    def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],
-             chunksize: int = 1) -> IMapIterator[_T]:
-        """Results in input order as they arrive (the iterable is read at once)."""
+    def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
+              result: IMapIterator[_T]) -> IMapIterator[_T]:
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize}")
-        items = list(iterable)
-        return self._chunks(func, items, chunksize, TaskKind.MAP,
-                            IMapIterator(len(items)))
+        limit = feeder.window(self._scheduler.target, chunksize) * chunksize
+        if isinstance(iterable, Sized) and len(iterable) <= limit:
+            # a short sequence: submitted at once, as map (no thread to start)
+            items = list(iterable)
+            with self._lock:
+                self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
+                                              result)
+            result._set_length(len(items))
+            return result
+        feed = Feeder(self._scheduler, self._lock, func, iterable, chunksize,
+                      TaskKind.MAP, result,
+                      functools.partial(_feed_ended, self._scheduler, self._lock,
+                                        self._feeders))
+        with self._lock:
+            self._scheduler.check_running()
+            self._scheduler.feeding += 1
+            self._feeders.add(feed)
+        feed.start()
+        return result
+
+    def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+             chunksize: int = 1) -> IMapIterator[_T]:
+        """Results in input order as they arrive; the iterable is read lazily, a
+        bounded window ahead of the results taken (:mod:`fiber.runtime.pool.feeder`)."""
+        return self._imap(func, iterable, chunksize, IMapIterator())
 
     def imap_unordered(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                        chunksize: int = 1) -> IMapIterator[_T]:
-        """Results in the order they finish (the iterable is read at once)."""
-        if chunksize < 1:
-            raise ValueError(f"Chunksize must be 1+, not {chunksize}")
-        items = list(iterable)
-        return self._chunks(func, items, chunksize, TaskKind.MAP,
-                            IMapUnorderedIterator(len(items)))
+        """Results in the order they finish; the iterable is read lazily, as ``imap``'s."""
+        return self._imap(func, iterable, chunksize, IMapUnorderedIterator())
 
     # -- ending ---------------------------------------------------------------------
     def close(self) -> None:
@@ -361,8 +398,13 @@ class Pool:
         self._worker_set.terminate()
 
     def join(self) -> None:
-        """Wait for the workers to exit (after close() or terminate())."""
+        """Wait for the workers to exit (after close() or terminate()), and for the
+        threads reading the input of imaps (as multiprocessing's task handler)."""
         self._worker_set.join()
+        with self._lock:
+            feeders = list(self._feeders)
+        for feed in feeders:
+            feed.thread.join()
 
     def __enter__(self: _P) -> _P:
         self._scheduler.check_running()

@@ -206,6 +206,7 @@ class Scheduler:
         self.workers: dict[int, Worker] = {}  # every worker that is alive
         self.by_peer: dict[int, Worker] = {}
         self.starting = 0  # workers asked for that have not connected yet
+        self.feeding = 0  # imap feeders still reading their input (pool.py's)
         self.start_failures = 0  # workers in a row that ended before connecting
         self.task_ids = itertools.count()
         self.worker_ids = itertools.count(1)
@@ -258,15 +259,27 @@ class Scheduler:
         return task
 
     def submit_chunks(self, func: Callable[..., Any], items: list[Any], chunksize: int,
-                      kind: int, sink: Sink) -> None:
-        """Queue ``items`` in chunks of ``chunksize`` and hand out what can be."""
-        self.check_running()
+                      kind: int, sink: Sink, start: int = 0, fed: bool = False) -> None:
+        """Queue ``items`` (the input's items from index ``start`` on) in chunks of
+        ``chunksize`` and hand out what can be. ``fed``: by the feeder of an imap
+        submitted before the pool was closed (it may go on after ``close()``)."""
+        if not (fed and self.state == CLOSE):
+            self.check_running()
+        elif self.broken is not None:
+            raise self.broken
         fid = self.func_id(func)
         ids = self.task_ids
-        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink, i,
-                               len(items[i:i + chunksize]))
+        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink,
+                               start + i, len(items[i:i + chunksize]))
                           for i in range(0, len(items), chunksize))
         self.dispatch_waiting()
+
+    def feed_ended(self) -> None:
+        """A feeder (counted in ``feeding``) has stopped reading its input."""
+        self.feeding -= 1
+        if self.state != RUN:
+            self.stop_idle()
+            self.notify()
 
     # -- what workers send (called by the channel) ----------------------------------
     def ready(self, w: Worker, line: int, request: Line) -> None:
@@ -353,7 +366,8 @@ class Scheduler:
 
     # -- handing out ----------------------------------------------------------------
     def unfinished(self) -> bool:
-        return bool(self.queue) or any(w.busy for w in self.workers.values())
+        return bool(self.queue) or self.feeding > 0 or any(
+            w.busy for w in self.workers.values())
 
     def offer(self, w: Worker) -> None:
         """A worker has a parked line: give it work, keep it, or stop it."""
