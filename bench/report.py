@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from bench import chunks
+
 logger = logging.getLogger("fiber.bench")
 
 BASELINE = "mp-fork"
@@ -159,7 +161,8 @@ def markdown(data: dict) -> str:
         lines += _table(["target", "fiber", "met?", f"{BASELINE}, same run"], rows)
     lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
-              *_backends(data), "", *_startup(data), "", *_shared(data), ""]
+              *_backends(data), "", *_startup(data), "", *_shared(data), "",
+              *chunks.section(data), ""]
     return "\n".join(lines)
 
 

@@ -37,6 +37,7 @@ MODES: dict[str, dict] = {
         "bw_sizes": [1], "bw_budget_mb": 4, "process_count": 2, "timeout": 180,
         "give_up_ratio": 3.0, "heavy_reps": 1, "scale_reps": 1, "startup_samples": 3,
         "shared_reps": 1, "shared_budget": 0.05,
+        "chunks_items": 2000, "chunks_sizes": [1, 100], "chunks_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -54,6 +55,8 @@ MODES: dict[str, dict] = {
         "startup_samples": 10,
         # shared state: each operation timed over shared_budget seconds in a child
         "shared_reps": 3, "shared_budget": 0.2,
+        # explicit chunk sizes (bench/chunks.py): 100,000 items, one repetition
+        "chunks_items": 100_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -65,13 +68,15 @@ MODES: dict[str, dict] = {
         "timeout": 2400, "give_up_ratio": 5.0, "heavy_reps": 3, "scale_reps": 2,
         "startup_samples": 20,
         "shared_reps": 5, "shared_budget": 0.5,
+        "chunks_items": 1_000_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 3,
     },
 }
 # Benchmark kinds and which contenders take part in each.
 IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "startup": fiber only; its run measures `import fiber` and `import multiprocessing`
 # "shared": fiber only; its run measures multiprocessing's shared objects too
-KINDS = ("pool", "scale", "ipc", "startup", "shared")
+# "chunks": fiber, mp-fork and mp-spawn (bench/chunks.py)
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "chunks")
 
 
 def _env() -> dict[str, str]:
@@ -126,7 +131,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": []}
+                                  "shared": [], "chunks": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -137,6 +142,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
         if not why:
             jobs["pool"] += [c.name] if "pool" in c.groups else []
             jobs["scale"] += [c.name] if "scale" in c.groups else []
+            jobs["chunks"] += [c.name] if c.name in ("fiber", "mp-fork", "mp-spawn") else []
         if (c.name.startswith("fiber") or c.name in IPC_CONTENDERS) and not c.missing("ipc"):
             jobs["ipc"].append(c.name)
             if why:
@@ -186,6 +192,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "pool" and rep >= cfg["heavy_reps"] and name in heavy:
                     continue
                 if kind == "scale" and rep >= cfg["scale_reps"]:
+                    continue
+                if kind == "chunks" and rep >= cfg["chunks_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))
