@@ -70,6 +70,8 @@ def __getattr__(name: str) -> Any:
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
+
+SUBMIT_GROUP = 1024  # items (or one chunk, if larger) a map submits under the lock at once
 _P = TypeVar("_P", bound="Pool")
 
 
@@ -318,8 +320,15 @@ class Pool:
             if extra:
                 chunksize += 1
         chunksize = max(1, int(chunksize))
-        with self._lock:
-            self._scheduler.submit_chunks(func, items, chunksize, kind, sink)
+        # submitted a group of chunks at a time, each handed out at once: the workers
+        # start on the first chunks while the next are made, and the pool's lock is
+        # released between groups for the results coming back
+        step = chunksize * max(1, SUBMIT_GROUP // chunksize)
+        self._scheduler.check_running()
+        for start in range(0, len(items), step):
+            with self._lock:
+                self._scheduler.submit_chunks(func, items[start:start + step], chunksize,
+                                              kind, sink, start=start)
         return sink
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
