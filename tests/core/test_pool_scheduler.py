@@ -14,6 +14,7 @@ import pytest
 
 from fiber.errors import WorkerLostError
 from fiber.runtime.pool.scheduler import (
+    BATCH_ITEMS,
     BUSY,
     IDLE,
     MAX_BATCH,
@@ -87,7 +88,7 @@ def table(target=2, **kwargs) -> Scheduler:
     return Scheduler(target, **kwargs)
 
 
-def test_batches_grow_with_the_queue_and_chunks_go_alone():
+def test_batches_grow_with_the_queue_and_big_chunks_go_alone():
     s = table(target=2)
     (w,) = s.new_workers(1)
     lines = connect(s, w)
@@ -114,8 +115,23 @@ def test_batches_grow_with_the_queue_and_chunks_go_alone():
     (w3,) = s3.new_workers(1)
     lines3 = connect(s3, w3)
     s3.submit_chunks(square, list(range(30)), 10, TaskKind.MAP, Sink())
-    (chunk,) = lines3[0].batch()[1]  # a chunk is a batch of its own
-    assert chunk[4] == list(range(10))
+    # small chunks share a batch as single items do (1 + 2 // 2), each one task
+    assert [task[4] for task in lines3[0].batch()[1]] == [list(range(10)),
+                                                          list(range(10, 20))]
+
+    s4 = table(target=1)
+    (w4,) = s4.new_workers(1)
+    lines4 = connect(s4, w4)
+    s4.submit_chunks(square, list(range(3 * BATCH_ITEMS)), BATCH_ITEMS, TaskKind.MAP,
+                     Sink())
+    (chunk,) = lines4[0].batch()[1]  # a chunk of BATCH_ITEMS goes alone
+    assert chunk[4] == list(range(BATCH_ITEMS))
+    s5 = table(target=1)
+    (w5,) = s5.new_workers(1)
+    lines5 = connect(s5, w5)
+    s5.submit_chunks(square, list(range(80 * 100)), 100, TaskKind.MAP, Sink())
+    # 1 + 79 // 2 = 40 chunks wanted, but a batch holds BATCH_ITEMS items at most
+    assert len(lines5[0].batch()[1]) == BATCH_ITEMS // 100
 
 
 def test_results_are_delivered_and_the_line_takes_the_next_batch():

@@ -4,8 +4,10 @@ time, and submits it to the pool's pending table in chunks.
 A thread of its own reads the input (as multiprocessing's task handler does: the
 iterable may be slow or block), so ``imap`` returns at once and an infinite iterator
 works. The *window* bounds the chunks submitted whose results the caller has not taken
-yet (moved into its iterator's buffer): :func:`window` chunks, at least two per worker
-(one running, one taken in advance) and at least :data:`READ_AHEAD` items. When the
+yet (moved into its iterator's buffer): :func:`window` chunks, at least four per
+worker plus two (one running and one taken in advance per worker, results on their
+way) and at least :data:`READ_AHEAD` items, fewer for big items (as many as
+:data:`READ_AHEAD_BYTES` hold, judged by the first item's pickled size). When the
 window is full the feeder waits until the caller has taken half of it, then reads the
 next half at once and submits it in one call under the pool's lock.
 
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
@@ -37,15 +40,25 @@ from fiber.runtime.pool.scheduler import RUN, TERMINATE, Scheduler
 
 logger = logging.getLogger("fiber")
 
-READ_AHEAD = 2048  # items a window holds at least (a chunksize=1 imap batches well)
+READ_AHEAD = 8192  # items a window holds at least (small chunks batch well)...
+READ_AHEAD_BYTES = 64 << 20  # ...unless they are big: as many as fit here (pickled)
 CHUNKS_PER_WORKER = 4  # chunks a window holds at least per worker (running + in advance)
 POLL = 1.0  # seconds between checks of the pool's state while the window is full
 
 
-def window(processes: int, chunksize: int) -> int:
+def window(processes: int, chunksize: int, item_bytes: int = 0) -> int:
     """How many chunks an imap keeps submitted and not taken by the caller, at most
-    (in items: this times ``chunksize``)."""
-    return max(CHUNKS_PER_WORKER * processes + 2, -(-READ_AHEAD // chunksize))
+    (in items: this times ``chunksize``), for items of about ``item_bytes`` pickled."""
+    items = min(READ_AHEAD, READ_AHEAD_BYTES // max(1, item_bytes))
+    return max(CHUNKS_PER_WORKER * processes + 2, -(-items // chunksize))
+
+
+def pickled_size(item: Any) -> int:
+    """The size of ``item`` pickled (0 when it cannot be: sending it will say why)."""
+    try:
+        return len(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
+    except Exception:  # noqa: BLE001 - only an estimate
+        return 0
 
 
 class Feeder:
@@ -72,6 +85,7 @@ class Feeder:
         self._wake_taken = 1 << 62  # wake the thread when _taken reaches this
         self._wake_finished = 1 << 62
         self._position = 0  # items submitted
+        self._item_bytes = 0  # the first item's pickled size: big items, fewer ahead
         sink._feeder = self
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name="fiber-pool-feeder")
@@ -83,11 +97,13 @@ class Feeder:
     def consumed(self, items: int) -> None:
         self._taken += items
         if self._taken >= self._wake_taken:
+            self._wake_taken = 1 << 62  # once: the thread sets the next mark
             self.wake()
 
     def arrived(self, items: int) -> None:
         self._finished += items
         if self._finished >= self._wake_finished:
+            self._wake_finished = 1 << 62
             self.wake()
 
     def wake(self) -> None:
@@ -105,7 +121,7 @@ class Feeder:
                 if state == TERMINATE or self._sink() is None:
                     return None
                 size = self._chunksize
-                limit = window(self._scheduler.target, size) * size
+                limit = window(self._scheduler.target, size, self._item_bytes) * size
                 step = max(1, limit // size // 2) * size
                 if state == RUN:
                     used = self._submitted - self._taken
@@ -143,6 +159,10 @@ class Feeder:
             try:
                 assert self._iterable is not None
                 it = iter(self._iterable)
+                for first in it:  # its size sets the window
+                    self._item_bytes = pickled_size(first)
+                    it = itertools.chain((first,), it)
+                    break
             except Exception as exc:  # noqa: BLE001 - as multiprocessing: from next()
                 it, ended, error = iter(()), True, exc
             self._iterable = None

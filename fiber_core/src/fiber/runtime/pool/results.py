@@ -210,7 +210,7 @@ class IMapIterator(Generic[_T]):
             value = self._wait(timeout)
         if value.__class__ is _Failure:
             raise value.exc
-        return value  # type: ignore[no-any-return]
+        return value
 
     def _wait(self, timeout: float | None) -> Any:
         with self._cond:

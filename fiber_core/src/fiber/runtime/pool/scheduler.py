@@ -62,6 +62,7 @@ logger = logging.getLogger("fiber")
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
+BATCH_ITEMS = 2048  # items of small chunks a batch takes, at most (a chunk this big goes alone)
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -426,14 +427,17 @@ class Scheduler:
                     sum(1 for x in self.workers.values() if x.connected and x.alive))
         first = queue.popleft()
         batch = [first]
-        if not first.alone and first.count == 1:  # chunks are batches already
+        if not first.alone and first.count < BATCH_ITEMS:  # big chunks go alone
             size = min(MAX_BATCH, len(queue) // (2 * alive))
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
-            while size > 0 and queue and not queue[0].alone and queue[0].count == 1:
+            items = first.count
+            while size > 0 and queue and not queue[0].alone \
+                    and items + queue[0].count <= BATCH_ITEMS:
                 task = queue.popleft()
                 if not task.done:
                     batch.append(task)
+                    items += task.count
                     size -= 1
         wire = []
         for task in batch:
