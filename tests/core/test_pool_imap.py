@@ -223,11 +223,19 @@ PROGRAM = textwrap.dedent("""
         how = sys.argv[1]
         p = fiber.Pool(2)
         if how == "break-close":
-            for value in p.imap(square, itertools.count()):
-                if value > 10_000:
+            pulled = []
+
+            def counting():
+                for i in itertools.count():
+                    pulled.append(i)
+                    yield i
+
+            for n, value in enumerate(p.imap(square, counting())):
+                if n == 2_000:
                     break
             p.close()
             p.join()
+            print("pulled", len(pulled))
         elif how == "held-terminate":
             it = p.imap_unordered(square, itertools.count(), chunksize=4)
             [next(it) for _ in range(500)]
@@ -257,5 +265,8 @@ def test_program_ends_promptly(tmp_path, how):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "feeders left []" in done.stdout, done.stdout
+    if how == "break-close":  # the dropped iterator stopped the reading, close or not
+        pulled = int(done.stdout.split("pulled ")[1].split()[0])
+        assert pulled <= 2_001 + feeder.window(2, 1) + results.BUFFER, pulled
     assert done.stderr == ""
     assert time.monotonic() - start < 60

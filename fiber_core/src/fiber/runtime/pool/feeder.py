@@ -61,6 +61,22 @@ def pickled_size(item: Any) -> int:
         return 0
 
 
+class _Delivery:
+    """The sink of a feeder's tasks: delivers to the imap's iterator while it exists.
+    The tasks hold this, not the iterator, so that an iterator its caller dropped is
+    collected (and its feeder stops) even while tasks of it are queued or running."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, ref: weakref.ref[IMapIterator[Any]]) -> None:
+        self._ref = ref
+
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+        sink = self._ref()
+        if sink is not None:
+            sink._set(start, count, ok, value)
+
+
 class Feeder:
     """Reads ``iterable`` for the imap whose iterator is ``sink`` (held weakly) and
     submits ``func`` over it in chunks of ``chunksize`` under ``lock``.
@@ -79,6 +95,7 @@ class Feeder:
         self._on_end = on_end
         self._cond = threading.Condition()  # an RLock: wake() may run in a GC callback
         self._sink = weakref.ref(sink, lambda _: self.wake())
+        self._delivery = _Delivery(self._sink)
         self._submitted = 0  # items submitted
         self._taken = 0  # items the caller moved into its iterator's buffer
         self._finished = 0  # items whose outcome arrived
@@ -194,17 +211,15 @@ class Feeder:
             self._on_end(self)
 
     def _submit(self, items: list[Any]) -> BaseException | None:
-        sink = self._sink()
-        if sink is None:
-            return None
         size = self._chunksize
         count = len(items)
         # counted before the outcomes can arrive (they may, before submit returns)
         self._submitted += count
         try:
             with self._lock:
-                self._scheduler.submit_chunks(self._func, items, size, self._kind, sink,
-                                              start=self._position, fed=True)
+                self._scheduler.submit_chunks(self._func, items, size, self._kind,
+                                              self._delivery, start=self._position,
+                                              fed=True)
         except Exception as exc:  # noqa: BLE001 - the pool is broken or terminated
             self._submitted -= count
             return exc
