@@ -12,7 +12,9 @@ The class here is the public face; the work is done in :mod:`fiber.runtime.pool`
   size, ``resize(n)`` grows or shrinks a running pool;
 * the pool's hub channel (:mod:`~fiber.runtime.pool.channel`), the loop a worker runs
   (:mod:`~fiber.runtime.pool.worker`) and the result objects
-  (:mod:`~fiber.runtime.pool.results`).
+  (:mod:`~fiber.runtime.pool.results`);
+* the feeder of each ``imap``/``imap_unordered`` (:mod:`~fiber.runtime.pool.feeder`),
+  which reads its input lazily, a bounded window ahead of the results taken.
 
 :meth:`Pool.stats` is a cheap, thread-safe snapshot of a pool's workers and tasks.
 """

@@ -165,8 +165,9 @@ class Feeder:
                 if len(chunk) < size:
                     return items, True, None
         except Exception as exc:  # noqa: BLE001 - delivered to the caller, as in mp
-            # the chunk it interrupted is not run (as multiprocessing's imap)
-            return items[:len(items) - len(items) % size], True, exc
+            # the chunk it interrupted is not run (as multiprocessing's imap): its
+            # items never reached ``items``
+            return items, True, exc
         return items, False, None
 
     def _run(self) -> None:
