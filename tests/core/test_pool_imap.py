@@ -168,6 +168,27 @@ def test_chunks_keep_their_order(pool):
         x * x for x in items]
 
 
+def test_next_and_for_loops_share_the_iterator(pool):
+    """``for x in it`` runs a generator over the same state as ``next(it)``: they may
+    alternate, and an exception ends a loop, not the iterator."""
+    it = pool.imap(square, iter(range(300)), chunksize=7)
+    got = [next(it) for _ in range(10)]
+    for value in it:
+        got.append(value)
+        if len(got) == 30:
+            break
+    got += [it.next(timeout=30) for _ in range(5)]
+    got += list(it)
+    assert got == [x * x for x in range(300)]
+    failing = pool.imap(fail_on_five, range(8), chunksize=2)
+    with pytest.raises(ValueError, match="five"):
+        for _ in failing:
+            pass
+    with pytest.raises(ValueError, match="five"):
+        next(failing)  # item 5: its chunk (4, 5) failed as a whole
+    assert list(failing) == [6, 7]
+
+
 def test_a_failed_chunk_fails_each_of_its_items(pool):
     got = outcomes(pool.imap(fail_on_five, iter(range(9)), chunksize=3))
     assert got == [0, 1, 2, ("ValueError", ("five",)), ("ValueError", ("five",)),

@@ -12,7 +12,7 @@ import _thread
 import collections
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Generic, Protocol, TypeVar
 
 from fiber.errors import TimeoutError
@@ -125,6 +125,9 @@ class MapResult(ApplyResult[list[_T]]):
             self._finish(ok, self._values if ok else value)
 
 
+_END = object()
+
+
 class _Failure:
     """An item's exception in an iterator's buffer of values."""
 
@@ -151,18 +154,34 @@ class IMapIterator(Generic[_T]):
     chunk costs one lock round, not one per item (chunks of a few items are moved
     together, up to :data:`BUFFER` items: what the feeder counts as taken). ``length`` is the number of items,
     or None while a feeder is still reading the input (:meth:`_set_length`). A failed
-    chunk raises its exception once per item, in place of each."""
+    chunk raises its exception once per item, in place of each. ``for x in it``
+    iterates a generator that hands out a chunk's items as fast as a list's (as
+    multiprocessing's chunked imap does, a generator over the chunks)."""
 
     def __init__(self, length: int | None = None) -> None:
         self._cond = threading.Condition(threading.Lock())
         self._length = length
         self._next = 0  # the index of the first item not moved into the buffer
         self._outcomes: dict[int, tuple[bool, Any, int]] = {}
+        # chunks moved out of the outcomes: lists of values, or a _Failure per item
         self._buffer: collections.deque[Any] = collections.deque()
+        self._current: Iterator[Any] = iter(())  # the items left of the chunk handed out
         self._feeder: Consumer | None = None
 
-    def __iter__(self) -> IMapIterator[_T]:
-        return self
+    def __iter__(self) -> Iterator[_T]:
+        """A generator over this iterator's items, sharing its state with
+        :meth:`next` (``next(it)`` and ``for x in it`` may alternate): it hands a
+        chunk's items out at the speed of iterating a list."""
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[_T]:
+        while True:
+            yield from self._current
+            try:
+                value = self._next_chunk(None)
+            except StopIteration:
+                return
+            yield value
 
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._cond:
@@ -198,21 +217,36 @@ class IMapIterator(Generic[_T]):
             self._next += count
             moved += count
             if ok:
-                self._buffer.extend(value)
+                self._buffer.append(value)
             else:
                 self._buffer.extend([_Failure(value)] * count)
         return moved
 
     def next(self, timeout: float | None = None) -> _T:
-        try:
-            value = self._buffer.popleft()
-        except IndexError:
-            value = self._wait(timeout)
-        if value.__class__ is _Failure:
-            raise value.exc
-        return value
+        value = next(self._current, _END)
+        if value is _END:
+            return self._next_chunk(timeout)
+        return value  # type: ignore[return-value]
 
-    def _wait(self, timeout: float | None) -> Any:
+    def _next_chunk(self, timeout: float | None) -> Any:
+        """The first item of the next chunk (the rest in ``_current``)."""
+        buffer = self._buffer
+        while True:
+            if not buffer:
+                self._wait(timeout)
+            try:
+                entry = buffer.popleft()
+            except IndexError:  # another thread took it
+                continue
+            if entry.__class__ is _Failure:
+                raise entry.exc
+            self._current = iter(entry)
+            value = next(self._current, _END)
+            if value is not _END:
+                return value
+
+    def _wait(self, timeout: float | None) -> None:
+        """Move outcomes into the buffer, waiting up to ``timeout`` for one."""
         with self._cond:
             while not self._buffer:
                 if not self._cond.wait_for(self._ready, timeout):
@@ -222,7 +256,6 @@ class IMapIterator(Generic[_T]):
                     raise StopIteration
                 if moved and self._feeder is not None:
                     self._feeder.consumed(moved)
-            return self._buffer.popleft()
 
     __next__ = next
 
@@ -264,7 +297,7 @@ class IMapUnorderedIterator(IMapIterator[_T]):
             self._next += count
             moved += count
             if ok:
-                self._buffer.extend(value)
+                self._buffer.append(value)
             else:
                 self._buffer.extend([_Failure(value)] * count)
         if not arrived and self._last is not None and self._next >= self._last[0]:
