@@ -148,11 +148,16 @@ class Feeder:
                     self._wake_taken = self._wake_finished = never
                     return max(1, (limit - used) // size)
                 wake_at = self._submitted - (limit - step)
+                # the mark is set before the count is read again: a report that came
+                # in meanwhile is seen here, or it sees the mark and wakes us
                 if state == RUN:
                     self._wake_taken, self._wake_finished = wake_at, never
+                    passed = self._taken >= wake_at
                 else:
                     self._wake_taken, self._wake_finished = never, wake_at
-                self._cond.wait(POLL)
+                    passed = self._finished >= wake_at
+                if not passed:
+                    self._cond.wait(POLL)
 
     def _read(self, it: Iterator[Any], chunks: int) -> tuple[list[Any], bool, BaseException | None]:
         """Up to ``chunks`` chunks of items; whether the input ended; its exception."""
