@@ -283,6 +283,31 @@ def test_close_stops_idle_workers_once_everything_is_done():
     assert w1.state == STOPPING == w2.state
 
 
+def test_a_closed_pool_waits_for_its_imap_feeders():
+    """close() with a feeder still reading: idle workers stay for what it submits
+    (a feeder may submit after close, nobody else may), and stop once it ended."""
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    s.feeding += 1
+    s.close()
+    assert not lines[0].stopped and not lines[1].stopped
+    with pytest.raises(ValueError, match="not running"):
+        s.submit_chunks(square, [1, 2], 1, TaskKind.MAP, Sink())
+    sink = Sink()
+    s.submit_chunks(square, [5, 6], 2, TaskKind.MAP, sink, start=40, fed=True)
+    again, done = finish(s, w, 0, lines[0])
+    assert [(t.start, t.count, ok, value) for t, ok, value in done] == [
+        (40, 2, True, [25, 36])]
+    assert not lines[1].stopped and not again.stopped  # the feeder may send more
+    s.feed_ended()
+    assert lines[1].stopped and again.stopped
+    s2 = table(target=1)
+    s2.terminate()
+    with pytest.raises(ValueError, match="not running"):
+        s2.submit_chunks(square, [1], 1, TaskKind.MAP, Sink(), fed=True)
+
+
 def test_terminate_fails_what_is_pending_and_break_refuses_work():
     s = table(target=1)
     (w,) = s.new_workers(1)
