@@ -25,7 +25,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
@@ -73,6 +73,7 @@ def __getattr__(name: str) -> Any:
 _T = TypeVar("_T")
 _S = TypeVar("_S")
 
+_SEQUENCES = (list, tuple, range)
 SUBMIT_GROUP = 1024  # items (or one chunk, if larger) a map submits under the lock at once
 _P = TypeVar("_P", bound="Pool")
 
@@ -368,8 +369,9 @@ class Pool:
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize}")
         limit = feeder.window(self._scheduler.target, chunksize) * chunksize
-        if isinstance(iterable, Sized) and len(iterable) <= limit:
-            # a short sequence: submitted at once, as map (no thread to start)
+        if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
+            # a short list, tuple or range (reading it cannot fail, block or change
+            # anything): submitted at once, as map's, without a thread
             items = list(iterable)
             with self._lock:
                 self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
