@@ -40,6 +40,7 @@ MODES: dict[str, dict] = {
         "faults_reps": 1, "faults_tasks": 400, "faults_task_seconds": 0.01,
         "faults_workers": 2, "faults_outage": 1.0,
         "floor_blocks": 1, "floor_calls": 20, "floor_rounds": 10,
+        "chunks_items": 2000, "chunks_sizes": [1, 100], "chunks_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -64,6 +65,8 @@ MODES: dict[str, dict] = {
         "faults_workers": 10, "faults_outage": 10.0,
         # the floor (raw Unix sockets) against fiber and mp-fork: blocks of calls/rounds
         "floor_blocks": 5, "floor_calls": 200, "floor_rounds": 100,
+        # explicit chunk sizes (bench/chunks.py): 100,000 items, one repetition
+        "chunks_items": 100_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -79,6 +82,7 @@ MODES: dict[str, dict] = {
         "faults_reps": 3, "faults_tasks": 5000, "faults_task_seconds": 0.02,
         "faults_workers": 10, "faults_outage": 10.0,
         "floor_blocks": 9, "floor_calls": 500, "floor_rounds": 200,
+        "chunks_items": 1_000_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 3,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -87,7 +91,8 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "shared": fiber only; its run measures multiprocessing's shared objects too
 # "faults": fiber only, and only when asked for (--kinds faults: it freezes engines)
 # "floor": fiber (local) only; its run measures raw sockets and mp-fork too (bench/floor.py)
-KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor")
+# "chunks": fiber, mp-fork and mp-spawn (bench/chunks.py)
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks")
 
 
 def _env() -> dict[str, str]:
@@ -143,7 +148,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": [], "faults": [], "floor": []}
+                                  "shared": [], "faults": [], "floor": [], "chunks": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -154,6 +159,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
         if not why:
             jobs["pool"] += [c.name] if "pool" in c.groups else []
             jobs["scale"] += [c.name] if "scale" in c.groups else []
+            jobs["chunks"] += [c.name] if c.name in ("fiber", "mp-fork", "mp-spawn") else []
         if (c.name.startswith("fiber") or c.name in IPC_CONTENDERS) and not c.missing("ipc"):
             jobs["ipc"].append(c.name)
             if why:
@@ -209,6 +215,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "scale" and rep >= cfg["scale_reps"]:
                     continue
                 if kind == "faults" and rep >= cfg["faults_reps"]:
+                    continue
+                if kind == "chunks" and rep >= cfg["chunks_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

@@ -198,8 +198,16 @@ def run_floor(name: str, cfg: dict, result: dict) -> None:
                                                    cfg["floor_rounds"]))
 
 
+def run_chunks(name: str, cfg: dict, result: dict) -> None:
+    """map and imap over many trivial items at explicit chunk sizes (bench/chunks.py)."""
+    from bench import chunks
+
+    _record(result, "chunks", lambda: chunks.measure(name, cfg["chunks_items"],
+                                                     cfg["chunks_sizes"]))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
-         "shared": run_shared, "faults": run_faults, "floor": run_floor}
+         "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks}
 
 
 def main(argv: list[str]) -> int:

@@ -14,6 +14,7 @@ import pytest
 
 from fiber.errors import WorkerLostError
 from fiber.runtime.pool.scheduler import (
+    BATCH_ITEMS,
     BUSY,
     IDLE,
     MAX_BATCH,
@@ -87,7 +88,7 @@ def table(target=2, **kwargs) -> Scheduler:
     return Scheduler(target, **kwargs)
 
 
-def test_batches_grow_with_the_queue_and_chunks_go_alone():
+def test_batches_grow_with_the_queue_and_big_chunks_go_alone():
     s = table(target=2)
     (w,) = s.new_workers(1)
     lines = connect(s, w)
@@ -114,8 +115,23 @@ def test_batches_grow_with_the_queue_and_chunks_go_alone():
     (w3,) = s3.new_workers(1)
     lines3 = connect(s3, w3)
     s3.submit_chunks(square, list(range(30)), 10, TaskKind.MAP, Sink())
-    (chunk,) = lines3[0].batch()[1]  # a chunk is a batch of its own
-    assert chunk[4] == list(range(10))
+    # small chunks share a batch as single items do (1 + 2 // 2), each one task
+    assert [task[4] for task in lines3[0].batch()[1]] == [list(range(10)),
+                                                          list(range(10, 20))]
+
+    s4 = table(target=1)
+    (w4,) = s4.new_workers(1)
+    lines4 = connect(s4, w4)
+    s4.submit_chunks(square, list(range(3 * BATCH_ITEMS)), BATCH_ITEMS, TaskKind.MAP,
+                     Sink())
+    (chunk,) = lines4[0].batch()[1]  # a chunk of BATCH_ITEMS goes alone
+    assert chunk[4] == list(range(BATCH_ITEMS))
+    s5 = table(target=1)
+    (w5,) = s5.new_workers(1)
+    lines5 = connect(s5, w5)
+    s5.submit_chunks(square, list(range(80 * 100)), 100, TaskKind.MAP, Sink())
+    # 1 + 79 // 2 = 40 chunks wanted, but a batch holds BATCH_ITEMS items at most
+    assert len(lines5[0].batch()[1]) == BATCH_ITEMS // 100
 
 
 def test_results_are_delivered_and_the_line_takes_the_next_batch():
@@ -265,6 +281,31 @@ def test_close_stops_idle_workers_once_everything_is_done():
     assert len(done) == 1
     assert all(line.stopped for line in (again, lines1[1], lines2[0], lines2[1]))
     assert w1.state == STOPPING == w2.state
+
+
+def test_a_closed_pool_waits_for_its_imap_feeders():
+    """close() with a feeder still reading: idle workers stay for what it submits
+    (a feeder may submit after close, nobody else may), and stop once it ended."""
+    s = table(target=1)
+    (w,) = s.new_workers(1)
+    lines = connect(s, w)
+    s.feeding += 1
+    s.close()
+    assert not lines[0].stopped and not lines[1].stopped
+    with pytest.raises(ValueError, match="not running"):
+        s.submit_chunks(square, [1, 2], 1, TaskKind.MAP, Sink())
+    sink = Sink()
+    s.submit_chunks(square, [5, 6], 2, TaskKind.MAP, sink, start=40, fed=True)
+    again, done = finish(s, w, 0, lines[0])
+    assert [(t.start, t.count, ok, value) for t, ok, value in done] == [
+        (40, 2, True, [25, 36])]
+    assert not lines[1].stopped and not again.stopped  # the feeder may send more
+    s.feed_ended()
+    assert lines[1].stopped and again.stopped
+    s2 = table(target=1)
+    s2.terminate()
+    with pytest.raises(ValueError, match="not running"):
+        s2.submit_chunks(square, [1], 1, TaskKind.MAP, Sink(), fed=True)
 
 
 def test_terminate_fails_what_is_pending_and_break_refuses_work():

@@ -12,7 +12,9 @@ The class here is the public face; the work is done in :mod:`fiber.runtime.pool`
   size, ``resize(n)`` grows or shrinks a running pool;
 * the pool's hub channel (:mod:`~fiber.runtime.pool.channel`), the loop a worker runs
   (:mod:`~fiber.runtime.pool.worker`) and the result objects
-  (:mod:`~fiber.runtime.pool.results`).
+  (:mod:`~fiber.runtime.pool.results`);
+* the feeder of each ``imap``/``imap_unordered`` (:mod:`~fiber.runtime.pool.feeder`),
+  which reads its input lazily, a bounded window ahead of the results taken.
 
 :meth:`Pool.stats` is a cheap, thread-safe snapshot of a pool's workers and tasks.
 """
@@ -32,8 +34,9 @@ from fiber import util
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import config, progress, run, status
-from fiber.runtime.pool import observe
+from fiber.runtime.pool import feeder, observe
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
+from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
 from fiber.runtime.pool.results import (
     ApplyResult,
@@ -70,6 +73,9 @@ def __getattr__(name: str) -> Any:
 
 _T = TypeVar("_T")
 _S = TypeVar("_S")
+
+_SEQUENCES = (list, tuple, range)
+SUBMIT_GROUP = 1024  # items (or one chunk, if larger) a map submits under the lock at once
 _P = TypeVar("_P", bound="Pool")
 
 
@@ -127,6 +133,14 @@ def _worker_process(address: str, cid: int, initializer: Callable[..., object] |
                    args=(address, cid, wid, initializer, initargs))
 
 
+def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
+                feed: Feeder) -> None:
+    """A feeder's thread ends (it holds the pool's parts, not the pool)."""
+    with lock:
+        feeders.discard(feed)
+        scheduler.feed_ended()
+
+
 class Pool:
     """A pool of job-backed worker processes, as :class:`multiprocessing.pool.Pool`.
 
@@ -169,9 +183,19 @@ class Pool:
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
+        # the feeders of running imaps: woken, as the supervisor, when the table
+        # notifies (close, terminate); the closure does not hold the pool
+        self._feeders: set[Feeder] = set()
+        feeders = self._feeders
+
+        def notify() -> None:
+            changed.notify_all()
+            for feed in list(feeders):
+                feed.wake()
+
         self._scheduler = Scheduler(
             processes, max_task_attempts or config.get_config().max_task_attempts,
-            maxtasksperchild, changed.notify_all)
+            maxtasksperchild, notify)
         hub = run.hub()
         self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
         self._address = hub.stream_address
@@ -318,8 +342,15 @@ class Pool:
         chunksize = max(1, int(chunksize))
         counted = progress.watch(sink, len(items), self._scheduler) if self._progress \
             else sink
-        with self._lock:
-            self._scheduler.submit_chunks(func, items, chunksize, kind, counted)
+        # submitted a group of chunks at a time, each handed out at once: the workers
+        # start on the first chunks while the next are made, and the pool's lock is
+        # released between groups for the results coming back
+        step = chunksize * max(1, SUBMIT_GROUP // chunksize)
+        self._scheduler.check_running()
+        for start in range(0, len(items), step):
+            with self._lock:
+                self._scheduler.submit_chunks(func, items[start:start + step], chunksize,
+                                              kind, counted, start=start)
         return sink
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
@@ -352,23 +383,41 @@ class Pool:
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
         return self._chunks(func, items, chunksize, TaskKind.STARMAP, result)
 
-    def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],
-             chunksize: int = 1) -> IMapIterator[_T]:
-        """Results in input order as they arrive (the iterable is read at once)."""
+    def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
+              result: IMapIterator[_T]) -> IMapIterator[_T]:
         if chunksize < 1:
             raise ValueError(f"Chunksize must be 1+, not {chunksize}")
-        items = list(iterable)
-        return self._chunks(func, items, chunksize, TaskKind.MAP,
-                            IMapIterator(len(items)))
+        limit = feeder.window(self._scheduler.target, chunksize) * chunksize
+        if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
+            # a short list, tuple or range (reading it cannot fail, block or change
+            # anything): submitted at once, as map's, without a thread
+            items = list(iterable)
+            with self._lock:
+                self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
+                                              result)
+            result._set_length(len(items))
+            return result
+        feed = Feeder(self._scheduler, self._lock, func, iterable, chunksize,
+                      TaskKind.MAP, result,
+                      functools.partial(_feed_ended, self._scheduler, self._lock,
+                                        self._feeders))
+        with self._lock:
+            self._scheduler.check_running()
+            self._scheduler.feeding += 1
+            self._feeders.add(feed)
+        feed.start()
+        return result
+
+    def imap(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+             chunksize: int = 1) -> IMapIterator[_T]:
+        """Results in input order as they arrive; the iterable is read lazily, a
+        bounded window ahead of the results taken (:mod:`fiber.runtime.pool.feeder`)."""
+        return self._imap(func, iterable, chunksize, IMapIterator())
 
     def imap_unordered(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                        chunksize: int = 1) -> IMapIterator[_T]:
-        """Results in the order they finish (the iterable is read at once)."""
-        if chunksize < 1:
-            raise ValueError(f"Chunksize must be 1+, not {chunksize}")
-        items = list(iterable)
-        return self._chunks(func, items, chunksize, TaskKind.MAP,
-                            IMapUnorderedIterator(len(items)))
+        """Results in the order they finish; the iterable is read lazily, as ``imap``'s."""
+        return self._imap(func, iterable, chunksize, IMapUnorderedIterator())
 
     # -- ending ---------------------------------------------------------------------
     def close(self) -> None:
@@ -381,8 +430,13 @@ class Pool:
         self._worker_set.terminate()
 
     def join(self) -> None:
-        """Wait for the workers to exit (after close() or terminate())."""
+        """Wait for the workers to exit (after close() or terminate()), and for the
+        threads reading the input of imaps (as multiprocessing's task handler)."""
         self._worker_set.join()
+        with self._lock:
+            feeders = list(self._feeders)
+        for feed in feeders:
+            feed.thread.join()
 
     def __enter__(self: _P) -> _P:
         self._scheduler.check_running()

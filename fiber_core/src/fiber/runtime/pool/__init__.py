@@ -7,5 +7,6 @@
 * :mod:`~fiber.runtime.pool.channel`: the pool's hub channel, which decodes what workers
   send;
 * :mod:`~fiber.runtime.pool.worker`: the loop a worker runs in its job;
-* :mod:`~fiber.runtime.pool.results`: the result objects.
+* :mod:`~fiber.runtime.pool.results`: the result objects;
+* :mod:`~fiber.runtime.pool.feeder`: the thread that reads an ``imap``'s input lazily.
 """

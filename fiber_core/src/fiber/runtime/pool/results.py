@@ -12,12 +12,14 @@ import _thread
 import collections
 import threading
 import time
-from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Generic, Protocol, TypeVar
 
 from fiber.errors import TimeoutError
 
 _T = TypeVar("_T")
+
+BUFFER = 64  # items an imap iterator moves to its buffer at once, past one chunk
 
 
 class ApplyResult(Generic[_T]):
@@ -123,43 +125,137 @@ class MapResult(ApplyResult[list[_T]]):
             self._finish(ok, self._values if ok else value)
 
 
+_END = object()
+
+
+class _Failure:
+    """An item's exception in an iterator's buffer of values."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+class Consumer(Protocol):
+    """What an imap iterator tells about its progress (:class:`fiber.runtime.pool.feeder.Feeder`)."""
+
+    def consumed(self, items: int) -> None: ...
+
+    def arrived(self, items: int) -> None: ...
+
+
 class IMapIterator(Generic[_T]):
-    """The iterator of ``imap``: results in input order, as they become available."""
+    """The iterator of ``imap``: results in input order, as they become available.
 
-    def __init__(self, length: int) -> None:
-        self._cond = threading.Condition()
+    Outcomes arrive a chunk at a time (``_set(start, count, ...)``, keyed by the index
+    of the chunk's first item); ``next()`` moves every chunk that is next in order into
+    a buffer under the lock and then hands the buffer's items out without it, so a
+    chunk costs one lock round, not one per item (chunks of a few items are moved
+    together, up to :data:`BUFFER` items: what the feeder counts as taken). ``length`` is the number of items,
+    or None while a feeder is still reading the input (:meth:`_set_length`). A failed
+    chunk raises its exception once per item, in place of each. ``for x in it``
+    iterates a generator that hands out a chunk's items as fast as a list's (as
+    multiprocessing's chunked imap does, a generator over the chunks)."""
+
+    def __init__(self, length: int | None = None) -> None:
+        self._cond = threading.Condition(threading.Lock())
         self._length = length
-        self._next = 0
-        self._outcomes: dict[int, tuple[bool, Any]] = {}
+        self._next = 0  # the index of the first item not moved into the buffer
+        self._outcomes: dict[int, tuple[bool, Any, int]] = {}
+        # chunks moved out of the outcomes: lists of values, or a _Failure per item
+        self._buffer: collections.deque[Any] = collections.deque()
+        self._current: Iterator[Any] = iter(())  # the items left of the chunk handed out
+        self._feeder: Consumer | None = None
 
-    def __iter__(self) -> IMapIterator[_T]:
-        return self
+    def __iter__(self) -> Iterator[_T]:
+        """A generator over this iterator's items, sharing its state with
+        :meth:`next` (``next(it)`` and ``for x in it`` may alternate): it hands a
+        chunk's items out at the speed of iterating a list."""
+        return self._iterate()
+
+    def _iterate(self) -> Iterator[_T]:
+        while True:
+            yield from self._current
+            try:
+                value = self._next_chunk(None)
+            except StopIteration:
+                return
+            yield value
 
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._cond:
-            if ok:
-                for offset, item in enumerate(value):
-                    self._outcomes[start + offset] = (True, item)
-            else:
-                self._outcomes[start] = (False, value)
-                for offset in range(1, count):  # the chunk failed as a whole
-                    self._outcomes[start + offset] = (False, value)
+            self._outcomes[start] = (ok, value, count)
+            if start == self._next:
+                self._cond.notify_all()
+        if self._feeder is not None:
+            self._feeder.arrived(count)
+
+    def _set_length(self, length: int) -> None:
+        """The feeder read the input to its end: ``length`` items in all."""
+        with self._cond:
+            self._length = length
             self._cond.notify_all()
 
+    def _fail_at(self, position: int, exc: BaseException) -> None:
+        """The input ended with ``exc`` after ``position`` items: it is raised after
+        their results, then the iterator ends."""
+        self._set(position, 1, False, exc)
+        self._set_length(position + 1)
+
     def _ready(self) -> bool:
-        return self._next >= self._length or self._next in self._outcomes
+        return self._next in self._outcomes or (
+            self._length is not None and self._next >= self._length)
+
+    def _take(self) -> int:
+        """Move the outcomes that are next in order into the buffer (lock held);
+        returns how many items were moved."""
+        moved = 0
+        outcomes = self._outcomes
+        while moved < BUFFER and self._next in outcomes:
+            ok, value, count = outcomes.pop(self._next)
+            self._next += count
+            moved += count
+            if ok:
+                self._buffer.append(value)
+            else:
+                self._buffer.extend([_Failure(value)] * count)
+        return moved
 
     def next(self, timeout: float | None = None) -> _T:
+        value = next(self._current, _END)
+        if value is _END:
+            return self._next_chunk(timeout)
+        return value  # type: ignore[return-value]
+
+    def _next_chunk(self, timeout: float | None) -> Any:
+        """The first item of the next chunk (the rest in ``_current``)."""
+        buffer = self._buffer
+        while True:
+            if not buffer:
+                self._wait(timeout)
+            try:
+                entry = buffer.popleft()
+            except IndexError:  # another thread took it
+                continue
+            if entry.__class__ is _Failure:
+                raise entry.exc
+            self._current = iter(entry)
+            value = next(self._current, _END)
+            if value is not _END:
+                return value
+
+    def _wait(self, timeout: float | None) -> None:
+        """Move outcomes into the buffer, waiting up to ``timeout`` for one."""
         with self._cond:
-            if not self._cond.wait_for(self._ready, timeout):
-                raise TimeoutError
-            if self._next >= self._length:
-                raise StopIteration
-            ok, value = self._outcomes.pop(self._next)
-            self._next += 1
-        if ok:
-            return value
-        raise value
+            while not self._buffer:
+                if not self._cond.wait_for(self._ready, timeout):
+                    raise TimeoutError
+                moved = self._take()
+                if not moved and self._length is not None and self._next >= self._length:
+                    raise StopIteration
+                if moved and self._feeder is not None:
+                    self._feeder.consumed(moved)
 
     __next__ = next
 
@@ -167,32 +263,46 @@ class IMapIterator(Generic[_T]):
 class IMapUnorderedIterator(IMapIterator[_T]):
     """The iterator of ``imap_unordered``: results in the order they finish."""
 
-    def __init__(self, length: int) -> None:
+    def __init__(self, length: int | None = None) -> None:
         super().__init__(length)
-        self._arrived: collections.deque[tuple[bool, Any]] = collections.deque()
+        self._arrived: collections.deque[tuple[bool, Any, int]] = collections.deque()
+        self._last: tuple[int, BaseException] | None = None
+
+    def _fail_at(self, position: int, exc: BaseException) -> None:
+        """As :meth:`IMapIterator._fail_at`: raised once the results of the
+        ``position`` items before it are out (in multiprocessing the exception
+        travels through a worker, so it comes after them too)."""
+        with self._cond:
+            self._last = (position, exc)
+            self._length = position + 1
+            self._cond.notify_all()
 
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
         with self._cond:
-            if ok:
-                self._arrived.extend((True, item) for item in value)
-            else:
-                self._arrived.extend((False, value) for _ in range(count))
+            self._arrived.append((ok, value, count))
             self._cond.notify_all()
+        if self._feeder is not None:
+            self._feeder.arrived(count)
 
     def _ready(self) -> bool:
-        return self._next >= self._length or bool(self._arrived)
+        return bool(self._arrived) or (
+            self._length is not None and self._next >= self._length) or (
+            self._last is not None and self._next >= self._last[0])
 
-    def next(self, timeout: float | None = None) -> _T:
-        with self._cond:
-            if not self._cond.wait_for(self._ready, timeout):
-                raise TimeoutError
-            if self._next >= self._length:
-                raise StopIteration
-            ok, value = self._arrived.popleft()
+    def _take(self) -> int:
+        moved = 0
+        arrived = self._arrived
+        while moved < BUFFER and arrived:
+            ok, value, count = arrived.popleft()
+            self._next += count
+            moved += count
+            if ok:
+                self._buffer.append(value)
+            else:
+                self._buffer.extend([_Failure(value)] * count)
+        if not arrived and self._last is not None and self._next >= self._last[0]:
+            self._buffer.append(_Failure(self._last[1]))
+            self._last = None
             self._next += 1
-        if ok:
-            return value
-        raise value
-
-    __next__ = next
-
+            moved += 1
+        return moved

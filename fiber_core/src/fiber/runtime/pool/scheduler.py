@@ -77,6 +77,7 @@ RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 IDLE_LIST, SPARE = "idle", "spare"  # the lists of workers with a parked line
 MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
+BATCH_ITEMS = 2048  # items of small chunks a batch takes, at most (a chunk this big goes alone)
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -234,6 +235,7 @@ class Scheduler:
         # batches held by workers, plus workers with a recall under way: whether any
         # task is with a worker, without a pass over the workers
         self.outstanding = 0
+        self.feeding = 0  # imap feeders still reading their input (pool.py's)
         self.start_failures = 0  # workers in a row that ended before connecting
         self.task_ids = itertools.count()
         self.worker_ids = itertools.count(1)
@@ -291,15 +293,27 @@ class Scheduler:
         return task
 
     def submit_chunks(self, func: Callable[..., Any], items: list[Any], chunksize: int,
-                      kind: int, sink: Sink) -> None:
-        """Queue ``items`` in chunks of ``chunksize`` and hand out what can be."""
-        self.check_running()
+                      kind: int, sink: Sink, start: int = 0, fed: bool = False) -> None:
+        """Queue ``items`` (the input's items from index ``start`` on) in chunks of
+        ``chunksize`` and hand out what can be. ``fed``: by the feeder of an imap
+        submitted before the pool was closed (it may go on after ``close()``)."""
+        if not (fed and self.state == CLOSE):
+            self.check_running()
+        elif self.broken is not None:
+            raise self.broken
         fid = self.func_id(func)
         ids = self.task_ids
-        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink, i,
-                               len(items[i:i + chunksize]))
+        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink,
+                               start + i, len(items[i:i + chunksize]))
                           for i in range(0, len(items), chunksize))
         self.dispatch_waiting()
+
+    def feed_ended(self) -> None:
+        """A feeder (counted in ``feeding``) has stopped reading its input."""
+        self.feeding -= 1
+        if self.state != RUN:
+            self.stop_idle()
+            self.notify()
 
     # -- what workers send (called by the channel) ----------------------------------
     def ready(self, w: Worker, line: int, request: Line) -> None:
@@ -392,7 +406,7 @@ class Scheduler:
     # -- handing out ----------------------------------------------------------------
     def unfinished(self) -> bool:
         """Whether a task is queued or with a worker (held, or being given back)."""
-        return bool(self.queue) or self.outstanding > 0
+        return bool(self.queue) or self.feeding > 0 or self.outstanding > 0
 
     def offer(self, w: Worker) -> None:
         """A worker has a parked line: give it work, keep it, or stop it."""
@@ -455,14 +469,17 @@ class Scheduler:
         alive = max(1, self.target, self.connected)
         first = queue.popleft()
         batch = [first]
-        if not first.alone and first.count == 1:  # chunks are batches already
+        if not first.alone and first.count < BATCH_ITEMS:  # big chunks go alone
             size = min(MAX_BATCH, len(queue) // (2 * alive))
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
-            while size > 0 and queue and not queue[0].alone and queue[0].count == 1:
+            items = first.count
+            while size > 0 and queue and not queue[0].alone \
+                    and items + queue[0].count <= BATCH_ITEMS:
                 task = queue.popleft()
                 if not task.done:
                     batch.append(task)
+                    items += task.count
                     size -= 1
         # the give line is wanted while workers may come up late or the queue's tail
         # is near (a worker reading it costs a wake-up per message); else it is closed

@@ -3,6 +3,7 @@ remote tracebacks, dead workers, poison tasks, resizing, cleanup."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import random
 import threading
@@ -86,6 +87,27 @@ def test_map_apply_starmap_imap(pool):
     assert sorted(pool.imap_unordered(slow_square, range(20))) == sorted(
         x * x for x in range(20))
     assert pool.map(lambda x: x + 1, range(5)) == [1, 2, 3, 4, 5]
+
+
+def test_imap_pulls_its_input_lazily(pool):
+    """An endless input: imap and imap_unordered yield as results come, pulling the
+    input only a bounded window ahead of what was read."""
+    from fiber.runtime.pool import feeder, results
+
+    pulled = []
+
+    def endless():
+        for i in itertools.count():
+            pulled.append(i)
+            yield i
+
+    it = pool.imap(square, endless(), chunksize=2)
+    assert [next(it) for _ in range(50)] == [x * x for x in range(50)]
+    time.sleep(0.5)  # a slow reader: the feeder waits for it
+    assert len(pulled) - 50 <= feeder.window(pool.processes, 2) * 2 + results.BUFFER
+    un = pool.imap_unordered(square, itertools.count())
+    got = [next(un) for _ in range(50)]
+    assert len(set(got)) == 50 and all(int(v ** 0.5) ** 2 == v for v in got)
 
 
 def test_async_results_and_callbacks(pool):

@@ -1,0 +1,233 @@
+"""The feeder of one ``imap``/``imap_unordered``: reads the input lazily, a window at a
+time, and submits it to the pool's pending table in chunks.
+
+A thread of its own reads the input (as multiprocessing's task handler does: the
+iterable may be slow or block), so ``imap`` returns at once and an infinite iterator
+works. The *window* bounds the chunks submitted whose results the caller has not taken
+yet (moved into its iterator's buffer): :func:`window` chunks, at least four per
+worker plus two (one running and one taken in advance per worker, results on their
+way) and at least :data:`READ_AHEAD` items, fewer for big items (as many as
+:data:`READ_AHEAD_BYTES` hold, judged by the first item's pickled size). When the
+window is full the feeder waits until the caller has taken half of it, then reads the
+next half at once and submits it in one call under the pool's lock.
+
+After ``close()`` the window counts the chunks not *finished* instead of not taken, so
+that ``close(); join()`` runs every item of a finite input even when nobody reads the
+results (``join()`` waits for the feeder, as for every task: the table counts feeders
+still reading in :meth:`Scheduler.unfinished`). The feeder stops reading, its input
+left unread, when the pool is terminated (the iterator then raises ``ValueError`` after
+the results of what was submitted) or when its iterator was garbage collected (nobody
+can read the results: an ``imap`` loop left with ``break``).
+
+An exception raised by the input ends the input where it happened, as in
+multiprocessing: the results of the chunks read before it, then that exception from
+``next()`` at its position, then ``StopIteration`` (the items of a chunk the exception
+interrupted are not run, as there).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import pickle
+import threading
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from fiber.runtime.pool.results import IMapIterator
+from fiber.runtime.pool.scheduler import RUN, TERMINATE, Scheduler
+
+logger = logging.getLogger("fiber")
+
+READ_AHEAD = 8192  # items a window holds at least (small chunks batch well)...
+READ_AHEAD_BYTES = 64 << 20  # ...unless they are big: as many as fit here (pickled)
+CHUNKS_PER_WORKER = 4  # chunks a window holds at least per worker (running + in advance)
+POLL = 1.0  # seconds between checks of the pool's state while the window is full
+
+
+def window(processes: int, chunksize: int, item_bytes: int = 0) -> int:
+    """How many chunks an imap keeps submitted and not taken by the caller, at most
+    (in items: this times ``chunksize``), for items of about ``item_bytes`` pickled."""
+    items = min(READ_AHEAD, READ_AHEAD_BYTES // max(1, item_bytes))
+    return max(CHUNKS_PER_WORKER * processes + 2, -(-items // chunksize))
+
+
+def pickled_size(item: Any) -> int:
+    """The size of ``item`` pickled (0 when it cannot be: sending it will say why)."""
+    try:
+        return len(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
+    except Exception:  # noqa: BLE001 - only an estimate
+        return 0
+
+
+class _Delivery:
+    """The sink of a feeder's tasks: delivers to the imap's iterator while it exists.
+    The tasks hold this, not the iterator, so that an iterator its caller dropped is
+    collected (and its feeder stops) even while tasks of it are queued or running."""
+
+    __slots__ = ("_ref",)
+
+    def __init__(self, ref: weakref.ref[IMapIterator[Any]]) -> None:
+        self._ref = ref
+
+    def _set(self, start: int, count: int, ok: bool, value: Any) -> None:
+        sink = self._ref()
+        if sink is not None:
+            sink._set(start, count, ok, value)
+
+
+class Feeder:
+    """Reads ``iterable`` for the imap whose iterator is ``sink`` (held weakly) and
+    submits ``func`` over it in chunks of ``chunksize`` under ``lock``.
+    :meth:`start` starts its thread; the table must count it (``scheduler.feeding``)."""
+
+    def __init__(self, scheduler: Scheduler, lock: threading.RLock,
+                 func: Callable[..., Any], iterable: Iterable[Any], chunksize: int,
+                 kind: int, sink: IMapIterator[Any],
+                 on_end: Callable[[Feeder], None]) -> None:
+        self._scheduler = scheduler
+        self._lock = lock
+        self._func = func
+        self._iterable: Iterable[Any] | None = iterable
+        self._chunksize = chunksize
+        self._kind = kind
+        self._on_end = on_end
+        self._cond = threading.Condition()  # an RLock: wake() may run in a GC callback
+        self._sink = weakref.ref(sink, lambda _: self.wake())
+        self._delivery = _Delivery(self._sink)
+        self._submitted = 0  # items submitted
+        self._taken = 0  # items the caller moved into its iterator's buffer
+        self._finished = 0  # items whose outcome arrived
+        self._wake_taken = 1 << 62  # wake the thread when _taken reaches this
+        self._wake_finished = 1 << 62
+        self._position = 0  # items submitted
+        self._item_bytes = 0  # the first item's pickled size: big items, fewer ahead
+        sink._feeder = self
+        self.thread = threading.Thread(target=self._run, daemon=True,
+                                       name="fiber-pool-feeder")
+
+    def start(self) -> None:
+        self.thread.start()
+
+    # -- what the iterator reports (any thread; no lock of ours held) ----------------
+    def consumed(self, items: int) -> None:
+        self._taken += items
+        if self._taken >= self._wake_taken:
+            self._wake_taken = 1 << 62  # once: the thread sets the next mark
+            self.wake()
+
+    def arrived(self, items: int) -> None:
+        self._finished += items
+        if self._finished >= self._wake_finished:
+            self._wake_finished = 1 << 62
+            self.wake()
+
+    def wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    # -- the thread -----------------------------------------------------------------
+    def _room(self) -> int | None:
+        """Wait until half the window is free; returns how many chunks to read, or None
+        when reading is over (terminated, or the iterator is gone). Counts in items."""
+        never = 1 << 62
+        with self._cond:
+            while True:
+                state = self._scheduler.state
+                if state == TERMINATE or self._sink() is None:
+                    return None
+                size = self._chunksize
+                limit = window(self._scheduler.target, size, self._item_bytes) * size
+                step = max(1, limit // size // 2) * size
+                if state == RUN:
+                    used = self._submitted - self._taken
+                else:  # closed: nobody needs to read the results for the items to run
+                    used = self._submitted - self._finished
+                if limit - used >= step or used == 0:
+                    self._wake_taken = self._wake_finished = never
+                    return max(1, (limit - used) // size)
+                wake_at = self._submitted - (limit - step)
+                # the mark is set before the count is read again: a report that came
+                # in meanwhile is seen here, or it sees the mark and wakes us
+                if state == RUN:
+                    self._wake_taken, self._wake_finished = wake_at, never
+                    passed = self._taken >= wake_at
+                else:
+                    self._wake_taken, self._wake_finished = never, wake_at
+                    passed = self._finished >= wake_at
+                if not passed:
+                    self._cond.wait(POLL)
+
+    def _read(self, it: Iterator[Any], chunks: int) -> tuple[list[Any], bool, BaseException | None]:
+        """Up to ``chunks`` chunks of items; whether the input ended; its exception."""
+        size = self._chunksize
+        items: list[Any] = []
+        try:
+            for _ in range(chunks):
+                chunk = list(itertools.islice(it, size))
+                items.extend(chunk)
+                if len(chunk) < size:
+                    return items, True, None
+        except Exception as exc:  # noqa: BLE001 - delivered to the caller, as in mp
+            # the chunk it interrupted is not run (as multiprocessing's imap): its
+            # items never reached ``items``
+            return items, True, exc
+        return items, False, None
+
+    def _run(self) -> None:
+        error: BaseException | None = None
+        ended = False
+        try:
+            try:
+                assert self._iterable is not None
+                it = iter(self._iterable)
+                for first in it:  # its size sets the window
+                    self._item_bytes = pickled_size(first)
+                    it = itertools.chain((first,), it)
+                    break
+            except Exception as exc:  # noqa: BLE001 - as multiprocessing: from next()
+                it, ended, error = iter(()), True, exc
+            self._iterable = None
+            while not ended:
+                chunks = self._room()
+                if chunks is None:
+                    if self._scheduler.state == TERMINATE:
+                        error = ValueError("the pool was terminated while this imap's "
+                                           "input was being read")
+                    break
+                items, ended, error = self._read(it, chunks)
+                if items:
+                    error = self._submit(items) or error
+                    if error is not None:
+                        ended = True
+            sink = self._sink()
+            if sink is not None:
+                if error is not None:
+                    sink._fail_at(self._position, error)
+                elif ended:
+                    sink._set_length(self._position)
+        except BaseException:  # a bug of ours: the caller must not wait forever
+            logger.exception("the feeder of an imap failed")
+            sink = self._sink()
+            if sink is not None:
+                sink._fail_at(self._position, RuntimeError(
+                    "the feeder of this imap failed (see the log)"))
+        finally:
+            self._on_end(self)
+
+    def _submit(self, items: list[Any]) -> BaseException | None:
+        size = self._chunksize
+        count = len(items)
+        # counted before the outcomes can arrive (they may, before submit returns)
+        self._submitted += count
+        try:
+            with self._lock:
+                self._scheduler.submit_chunks(self._func, items, size, self._kind,
+                                              self._delivery, start=self._position,
+                                              fed=True)
+        except Exception as exc:  # noqa: BLE001 - the pool is broken or terminated
+            self._submitted -= count
+            return exc
+        self._position += len(items)
+        return None
