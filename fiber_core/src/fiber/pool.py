@@ -392,9 +392,11 @@ class Pool:
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread
             items = list(iterable)
+            counted = progress.watch(result, len(items), self._scheduler) \
+                if self._progress else result
             with self._lock:
                 self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
-                                              result)
+                                              counted)
             result._set_length(len(items))
             return result
         feed = Feeder(self._scheduler, self._lock, func, iterable, chunksize,
