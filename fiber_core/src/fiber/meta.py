@@ -26,7 +26,9 @@ def meta(*, cpu: float | None = None, memory: int | str | None = None,
     "debug"}}``). Values are validated at once; the backend checks at ``start()``
     that it can honour them (see :meth:`fiber.backend.Backend.check_resources`). A
     Process's own ``resources=`` win over these, these over the settings."""
-    given = Resources(cpu=cpu, memory=memory, gpu=gpu, walltime=walltime, extra=extra)
+    asked: dict[str, Any] = {"cpu": cpu, "memory": memory, "gpu": gpu,
+                             "walltime": walltime, "extra": extra or {}}
+    given = Resources(**asked)  # validates (sizes and times as text are parsed)
     requests: dict[str, Any] = {
         name: getattr(given, name) for name in ("cpu", "memory", "gpu", "walltime")
         if getattr(given, name) is not None}

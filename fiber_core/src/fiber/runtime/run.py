@@ -15,10 +15,10 @@ host to listen on) is passed to it by :func:`hub`.
 
 from __future__ import annotations
 
-import os
-import sys
 import contextlib
 import contextvars
+import os
+import sys
 import threading
 import uuid
 from collections.abc import Iterator, Mapping

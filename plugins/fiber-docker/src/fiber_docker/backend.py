@@ -77,6 +77,9 @@ class DockerBackend(Backend):
     capabilities = frozenset({"logs", "list_jobs"})
     poll_interval = 0.5
     secrets_delivery = "private"  # a file copied into the container (secretfile)
+    resource_fields = frozenset({"cpu", "memory", "gpu"})
+    #: Resources.extra["docker"] keys: create_host_config options of the same name
+    resource_extras = frozenset({"shm_size", "cpuset_cpus", "pids_limit", "cpu_shares"})
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -233,6 +236,9 @@ class DockerBackend(Backend):
             limits["device_requests"] = [DeviceRequest(count=int(gpu), capabilities=[["gpu"]])]
         if self._pid_host:
             limits["pid_mode"] = "host"
+        # the job's own requests (Resources.extra["docker"]): host-config options
+        for key, value in (getattr(spec, "extra", None) or {}).items():
+            limits[key] = value
         return client.api.create_host_config(
             init=True, network_mode=self._network or "host", mounts=mounts, **limits
         )
