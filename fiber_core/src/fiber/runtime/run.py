@@ -99,7 +99,6 @@ class Target:
         self.overrides = dict(overrides or {})
         self._base: config.Config | None = None
         self._config: config.Config | None = None
-        self._expected = False
 
     @property
     def is_default(self) -> bool:
@@ -147,10 +146,12 @@ class Target:
         are coming (:meth:`Backend.expect_jobs`)."""
         host = self.listen_host()
         if not _is_job:
-            with _lock:
-                first, self._expected = not self._expected, True
+            backend = self.backend()
+            with _lock:  # once per backend instance (targets may share one)
+                first = _told.get(id(backend)) is not backend
+                _told[id(backend)] = backend
             if first:
-                self.backend().expect_jobs(job_command(self.config()))
+                backend.expect_jobs(job_command(self.config()))
         return transport.get_hub(host)
 
     def resources(self, *requests: Resources | Mapping[str, Any] | None) -> Resources:
@@ -171,6 +172,8 @@ class Target:
 
 
 _targets: dict[tuple[str | None, str], Target] = {}
+# backend instances told that jobs are coming (Backend.expect_jobs), by id
+_told: dict[int, Backend] = {}
 _default_target = Target()
 _current: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
     "fiber_target", default=None)
