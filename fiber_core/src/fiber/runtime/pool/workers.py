@@ -140,7 +140,7 @@ class WorkerSet:
                     del workers
                     changed.wait(1.0)
                     continue
-            submit.expect(workers._backend, len(plan))  # one create_jobs call for the group
+            submit.expect(self._backend, len(plan))  # one create_jobs call for the group
             for w in plan:
                 try:
                     workers._starter.submit(workers._start, w)
