@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import threading
-from collections.abc import Hashable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -51,7 +51,7 @@ class BackendInfo:
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
 _backends: dict[str, BackendInfo] | None = None
-_instances: dict[Hashable, Backend] = {}
+_instances: dict[str, Backend] = {}
 
 
 def plugin_manager() -> pluggy.PluginManager:
@@ -105,14 +105,11 @@ def config_options() -> list[ConfigOption]:
     return options
 
 
-def get_backend(name: str, options: Mapping[str, Any],
-                variant: Hashable | None = None) -> Backend:
+def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
     """The backend instance named ``name`` for this process, created on first use
-    with the effective settings ``options``; ``variant`` (a context's setting
-    overrides) selects an instance of its own."""
-    key: Hashable = name if variant is None else (name, variant)
+    with the effective settings ``options``."""
     with _lock:
-        instance = _instances.get(key)
+        instance = _instances.get(name)
         if instance is not None:
             return instance
         info = backends().get(name)
@@ -126,7 +123,7 @@ def get_backend(name: str, options: Mapping[str, Any],
         instance = info.factory(options)
         if not getattr(instance, "name", ""):
             instance.name = name
-        _instances[key] = instance
+        _instances[name] = instance
         logger.debug("backend %s created from %s %s", name, info.package, info.version)
         return instance
 
