@@ -67,12 +67,14 @@ def _fmt(v: float | None) -> str:
 
 
 def section(data: dict) -> list[str]:
-    """Section 10 of RESULTS.md."""
+    """Section 12 of RESULTS.md."""
     cfg = data["meta"]["config"]
     medians = data["summary"]["medians"].get("chunks", {})
+    if not medians or cfg.get("chunks_items") is None:
+        return []  # a run without this kind (or from before it existed)
     items = cfg.get("chunks_items")
     reps = cfg.get("chunks_reps", cfg.get("reps"))
-    out = ["## 10. Explicit chunk sizes", "",
+    out = ["## 12. Explicit chunk sizes", "",
            f"`Pool.map(identity, range({items:,}), chunksize)` and "
            f"`list(Pool.imap(identity, range({items:,}), chunksize))` on a pool of one "
            f"worker per CPU ({data['meta']['machine'].get('nproc', '?')}), each contender "

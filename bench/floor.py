@@ -224,7 +224,7 @@ def section(data: dict) -> list[str]:
     runs = [r for r in data["runs"] if r["kind"] == "floor"]
     names = sorted({r["contender"] for r in runs})
     m = next(iter(data["summary"]["medians"].get("floor", {}).values()), None)
-    out = ["## 10. The floor", "",
+    out = ["## 11. The floor", "",
            "The floor for any Python library on this machine, measured in the same process "
            "as the pools, interleaved (`bench/floor.py`): a small pickle sent over a Unix "
            "socket pair to a forked echo process and its answer back (length-prefixed "

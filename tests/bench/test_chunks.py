@@ -40,7 +40,7 @@ def test_only_the_chunk_rows(tmp_path):
         assert set(medians[name]) == {f"s/{m}/cs={cs}" for m in chunks.METHODS
                                       for cs in sizes} | {"reps"}
     md = (tmp_path / "RESULTS.md").read_text()
-    section = md[md.index("## 10. Explicit chunk sizes"):]
+    section = md[md.index("## 12. Explicit chunk sizes"):]
     rows = [line for line in section.splitlines() if line.startswith("| map |")
             or line.startswith("| imap |")]
     assert len(rows) == 2 * len(sizes)

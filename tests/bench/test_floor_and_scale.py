@@ -72,7 +72,7 @@ def test_the_floor_kind_runs_and_its_targets_are_judged(tmp_path):
     data, md = _run(tmp_path, "floor", "fiber,mp-fork")
     assert {(r["kind"], r["contender"]) for r in data["runs"]} == {("floor", "fiber")}
     m = data["summary"]["medians"]["floor"]["fiber"]
-    section = md.split("## 10. The floor")[1]
+    section = md.split("## 11. The floor")[1]
     for text, ratio, met in floor.judge(m):
         row = next(line for line in section.splitlines() if text in line)
         cells = [c.strip() for c in row.split("|")]
