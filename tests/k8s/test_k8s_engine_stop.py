@@ -44,7 +44,18 @@ def _detached(state: Path, script: str) -> int:
         ["bash", "-c", f"( exec setsid bash -c {shlex.quote(script)} >/dev/null 2>&1 </dev/null ) & "
                        "echo $!"],
         cwd=state, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return int(out)
+    pid = int(out)
+    if script.startswith("exec "):  # wait until it is what it execs (not bash any more)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                argv0 = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+            except OSError:
+                break
+            if argv0 not in (b"bash", b"setsid"):
+                break
+            time.sleep(0.01)
+    return pid
 
 
 def _running(pid: int, since: str) -> bool:
