@@ -167,11 +167,13 @@ def _worker(ws: Any) -> dict[str, Any]:
     fields = {"id": ws.id, "state": ws.state, "held": ws.held,
               "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None}
     if process is not None:
-        for name in ("job_id", "host", "pid"):
+        for name in ("job_id", "host"):
             try:
                 fields[name] = getattr(process, name)
             except (AttributeError, ValueError):
                 pass
+        # as known now: Process.pid waits until the job runs (a queued job has none)
+        fields["pid"] = getattr(getattr(process, "_popen", None), "pid", None)
     return fields
 
 
