@@ -43,7 +43,7 @@ def _files_holding(needle: bytes, since: float) -> list[str]:
     return found
 
 
-def test_no_onlooker_on_the_host_sees_the_secret(ssh_hosts):
+def test_no_onlooker_on_the_host_sees_the_secret(ssh_fiber, ssh_hosts):
     key = auth.get_authkey().hex()
     since = time.time() - 1
     q, go = fiber.Queue(), fiber.Queue()
