@@ -35,7 +35,7 @@ _WHERE = {
     "Value": "fiber.sharedctypes", "Array": "fiber.sharedctypes",
     "RawValue": "fiber.sharedctypes", "RawArray": "fiber.sharedctypes",
     "Ring": "fiber.ring",
-    "meta": "fiber.meta",
+    "meta": "fiber.meta", "Resources": "fiber.backend.resources",
     "init": "fiber.runtime.config", "reset": "fiber.runtime.config",
     "get_logger": "fiber.util", "log_to_stderr": "fiber.util",
     "cpu_count": "fiber.context", "get_context": "fiber.context",
@@ -69,6 +69,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # what type checkers and IDEs see
     from typing import Any
 
+    from fiber.backend.resources import Resources
     from fiber.connection import Pipe
     from fiber.context import (
         allow_connection_pickling,

@@ -14,6 +14,22 @@ the method; the local backend's own way of starting jobs is its ``local_start_me
 setting. The method is recorded (``Process._start_method``), so code that asks gets the
 name it chose. A context's other attributes are the ``fiber`` module's API.
 
+fiber extension, a backend per context: ``get_context(name, **overrides)`` with the
+name of an installed backend (``fiber backends`` lists them) returns a
+:class:`BackendContext` whose ``Process``, ``Pool``, ``Queue``, ``Pipe``, ``Manager``,
+locks and shared values make jobs on that backend, with ``overrides`` on top of the
+settings (``get_context("kubernetes", image="me/img:1", kubernetes_namespace="rl")``;
+validated as ``fiber.init``'s, an error names the setting). Its jobs get those
+settings as theirs. The objects it makes are served on this process's hub for that
+backend (bound to the backend's ``listen_address()``, or the ``listen_address``
+setting or override), so its jobs reach them; an object made in one context can be
+handed to a job of another backend when that job's network reaches the address it was
+served at (a loopback address, the local and host-network docker backends', only from
+the same machine): a job that cannot reach it gets ``ConnectionError`` from its first
+use, after the connect timeout, saying so. Method names with overrides give a
+context of the default backend with them. One backend instance exists per name and
+overrides (:func:`fiber.runtime.run.target`).
+
 ``assert_spawning``, ``get_spawning_popen`` and ``set_spawning_popen`` are
 multiprocessing's own: while a fiber job's payload (the pickled Process and its
 arguments) is made, the job's Popen is the spawning popen
@@ -38,6 +54,7 @@ DEFAULT_START_METHOD = "spawn"
 
 __all__ = [
     "BaseContext", "DefaultContext", "SpawnContext", "ForkContext", "ForkServerContext",
+    "BackendContext",
     "ProcessError", "BufferTooShort", "TimeoutError", "AuthenticationError",
     "START_METHODS", "DEFAULT_START_METHOD", "cpu_count", "get_context",
     "set_start_method", "get_start_method", "get_all_start_methods", "freeze_support",
@@ -115,14 +132,15 @@ class BaseContext:
 
         return fiber.reduction
 
-    def get_context(self, method: str | None = None) -> BaseContext:
-        """The context of ``method`` (this one when None)."""
-        if method is None:
+    def get_context(self, method: str | None = None, **overrides: Any) -> BaseContext:
+        """The context of ``method`` (this one when None): a start method's, or, fiber
+        extension, the context of an installed backend's name, with setting
+        ``overrides`` (see the module's docstring)."""
+        if method is None and not overrides:
             return self
-        try:
+        if method in _concrete_contexts and not overrides:
             return _concrete_contexts[method]
-        except KeyError:
-            raise ValueError(f"cannot find context for {method!r}") from None
+        return _backend_context(method, overrides)
 
     def get_start_method(self, allow_none: bool = False) -> str | None:
         return self._name
@@ -180,12 +198,12 @@ class DefaultContext(BaseContext):
     def Process(self) -> type:  # noqa: N802 - multiprocessing's name
         return _process_class(None)
 
-    def get_context(self, method: str | None = None) -> BaseContext:
-        if method is None:
+    def get_context(self, method: str | None = None, **overrides: Any) -> BaseContext:
+        if method is None and not overrides:
             if self._actual_context is None:
                 self._actual_context = self._default_context
             return self._actual_context
-        return super().get_context(method)
+        return super().get_context(method, **overrides)
 
     def set_start_method(self, method: str | None, force: bool = False) -> None:
         if self._actual_context is not None and not force:
@@ -204,6 +222,107 @@ class DefaultContext(BaseContext):
 
     def __repr__(self) -> str:
         return f"<fiber default context {self.get_start_method(allow_none=True)!r}>"
+
+
+# the API a backend context makes on its backend (each call serves what it makes on
+# the hub that backend's jobs reach, and starts its processes there)
+_MADE_ON_TARGET = frozenset({
+    "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "Manager", "Lock", "RLock",
+    "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier", "Value", "Array",
+    "RawValue", "RawArray", "Ring"})
+
+
+class BackendContext(BaseContext):
+    """fiber extension: the context of a backend, with setting overrides
+    (``fiber.get_context("slurm", slurm_partition="debug")``). Its start method is
+    ``method`` (``spawn`` unless made from a method name with overrides)."""
+
+    def __init__(self, backend: str | None, overrides: dict[str, Any],
+                 method: str = DEFAULT_START_METHOD) -> None:
+        from fiber.runtime import run  # lazy: the runtime costs start-up time
+
+        self._name = method
+        self._backend_name = backend
+        self._overrides = dict(overrides)
+        self._fiber_target = run.target(backend, overrides)  # validates the overrides
+        self._process_class: type | None = None
+
+    @property
+    def backend(self) -> str:
+        """The name of the backend this context's jobs run on."""
+        return str(self._fiber_target.config().backend)
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The settings this context gives on top of the process's."""
+        return dict(self._overrides)
+
+    @property
+    def Process(self) -> type:  # noqa: N802 - multiprocessing's name
+        """The Process class whose jobs run on this context's backend."""
+        if self._process_class is None:
+            base = _process_class(self._name)
+            self._process_class = type(base.__name__, (base,), {
+                "_context_placement": (self._backend_name,
+                                       tuple(sorted(self._overrides.items()))),
+                "__module__": __name__,
+                "__doc__": f"A fiber Process of the context {self!r}."})
+        return self._process_class
+
+    def Pool(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - multiprocessing's name
+        """A Pool whose workers are this context's processes (``Pool(context=ctx)``)."""
+        from fiber.pool import Pool
+
+        kwargs["context"] = self
+        return Pool(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        if name not in _MADE_ON_TARGET:
+            return value
+        from fiber.runtime import run
+
+        target = self._fiber_target
+
+        def made_on_target(*args: Any, **kwargs: Any) -> Any:
+            with run.using(target):
+                return value(*args, **kwargs)
+
+        made_on_target.__name__ = made_on_target.__qualname__ = name
+        made_on_target.__doc__ = value.__doc__
+        return made_on_target
+
+    def __repr__(self) -> str:
+        settings = "".join(f", {k}={v!r}" for k, v in sorted(self._overrides.items()))
+        return f"<fiber context {self._backend_name or self._name!r}{settings}>"
+
+
+_backend_contexts: dict[tuple[str | None, str, str], BackendContext] = {}
+
+
+def _backend_context(name: str | None, overrides: dict[str, Any]) -> BackendContext:
+    """The context of backend ``name`` (or of a method name: the default backend)
+    with ``overrides``: one per name and overrides."""
+    from fiber.backend import registry
+
+    method = DEFAULT_START_METHOD
+    backend: str | None = name
+    if name in START_METHODS:
+        method, backend = name, None
+    elif name is not None and name not in registry.backends():
+        installed = ", ".join(sorted([*START_METHODS, *registry.backends()]))
+        hint = registry.install_hint(name) if isinstance(name, str) else ""
+        # multiprocessing's message, with fiber's advice as a note (Python >= 3.11)
+        error = ValueError(f"cannot find context for {name!r}")
+        if hasattr(error, "add_note"):
+            error.add_note(f"{name!r} is neither a start method nor an installed backend "
+                           f"(known: {installed}); {hint}")
+        raise error
+    key = (name, method, repr(sorted(overrides.items())))
+    context = _backend_contexts.get(key)
+    if context is None:
+        context = _backend_contexts.setdefault(key, BackendContext(backend, overrides, method))
+    return context
 
 
 _default_context = DefaultContext(_concrete_contexts[DEFAULT_START_METHOD])

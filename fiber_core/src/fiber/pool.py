@@ -31,6 +31,7 @@ from types import TracebackType
 from typing import Any, NoReturn, TypeVar
 
 from fiber import util
+from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import config, progress, run, status
@@ -128,9 +129,11 @@ class PoolStats:
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
-                    initargs: tuple[Any, ...], wid: int) -> Process:
-    return Process(target=worker, name=f"PoolWorker-{wid}", daemon=True,
-                   args=(address, cid, wid, initializer, initargs))
+                    initargs: tuple[Any, ...], wid: int, *, process_class: type = Process,
+                    resources: Resources | None = None) -> Process:
+    return process_class(target=worker, name=f"PoolWorker-{wid}", daemon=True,
+                         args=(address, cid, wid, initializer, initargs),
+                         resources=resources)
 
 
 def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
@@ -146,7 +149,11 @@ class Pool:
 
     fiber extensions (keyword-only): ``min_processes``/``max_processes`` bound
     :meth:`resize`; ``max_task_attempts`` (default: the ``max_task_attempts``
-    setting, 3) is how many workers a task may lose before it fails.
+    setting, 3) is how many workers a task may lose before it fails; ``resources``
+    (a :class:`fiber.Resources` or a mapping of its fields) is each worker's job's
+    request, checked by the backend before any worker starts. ``context``: a fiber
+    context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
+    its backend; other contexts (None, multiprocessing's) mean the current one.
     """
 
     _wrap_exception = True
@@ -157,7 +164,8 @@ class Pool:
                  context: Any = None, *, min_processes: int | None = None,
                  max_processes: int | None = None,
                  max_task_attempts: int | None = None,
-                 error_handling: bool | None = None) -> None:
+                 error_handling: bool | None = None,
+                 resources: Resources | Mapping[str, Any] | None = None) -> None:
         if error_handling is not None:
             util.warn_deprecated(
                 "Pool(error_handling)",
@@ -180,6 +188,12 @@ class Pool:
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
+        # where the workers run: a fiber context's backend, else the current one
+        target: run.Target = getattr(context, "_fiber_target", None) or run.current()
+        process_class = context.Process if hasattr(context, "_fiber_target") else Process
+        # checked by the backend before any worker starts
+        requested = None if resources is None else Resources.of(resources)
+        target.resources(requested)
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
@@ -196,14 +210,14 @@ class Pool:
         self._scheduler = Scheduler(
             processes, max_task_attempts or config.get_config().max_task_attempts,
             maxtasksperchild, notify)
-        hub = run.hub()
+        hub = target.hub()
         self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
         self._address = hub.stream_address
         self._worker_set = WorkerSet(
             self, self._scheduler, changed,
             functools.partial(_worker_process, self._address, self._cid, initializer,
-                              initargs),
-            hub, self._cid)
+                              initargs, process_class=process_class, resources=requested),
+            hub, self._cid, target.backend())
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------

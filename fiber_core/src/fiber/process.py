@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fiber import util
+from fiber.backend import Resources
 from fiber.runtime import run
 from fiber.wire import auth
 from fiber.wire.serialization import rebind_main
@@ -43,12 +44,25 @@ class Process:
     """
 
     _start_method = None
+    #: (backend name, setting overrides) of the context this class belongs to
+    #: (``fiber.get_context("slurm").Process``); None: the current target
+    _context_placement: tuple[str | None, tuple[tuple[str, Any], ...]] | None = None
 
     def __init__(self, group: None = None, target: Callable[..., object] | None = None,
                  name: str | None = None, args: Iterable[Any] = (),
                  kwargs: Mapping[str, Any] | None = None, *,
-                 daemon: bool | None = None) -> None:
+                 daemon: bool | None = None,
+                 resources: Resources | Mapping[str, Any] | None = None) -> None:
         assert group is None, "group argument must be None for now"
+        placement = type(self)._context_placement
+        # where its job goes: its context's backend, else the one objects are being
+        # made for now (the default, or a context's while it makes a Manager)
+        self._fiber_target: run.Target | None = (
+            run.target(placement[0], dict(placement[1])) if placement is not None
+            else run.current())
+        # fiber extension: this process's resource request (on top of @fiber.meta's
+        # and the settings'), checked by the backend at start()
+        self._resources = None if resources is None else Resources.of(resources)
         count = next(_counter)
         parent = _current_process
         self._identity: tuple[int, ...] = parent._identity + (count,)
@@ -238,6 +252,7 @@ class Process:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_popen"] = None
+        state["_fiber_target"] = None  # the parent's: its job starts its own on its own
         return state
 
     # -- in the job -----------------------------------------------------------------

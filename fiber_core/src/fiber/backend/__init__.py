@@ -27,6 +27,7 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
+from fiber.backend.resources import Resources, parse_walltime
 from fiber.backend.secrets import (
     SECRETS_FILE_ENV,
     SecretsFileError,
@@ -45,7 +46,7 @@ from fiber.errors import (
 
 __all__ = [
     "CAPABILITIES", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
-    "ConfigOption", "Job", "JobCreationError", "JobSpec", "JobState", "JobStatus",
+    "ConfigOption", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus",
     "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
     "load_secrets", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",

@@ -26,9 +26,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fiber.backend.job import Job, JobSpec, JobStatus
+from fiber.backend.resources import Resources
 from fiber.errors import (
     BackendError,
     ClusterUnreachableError,
+    ConfigError,
     JobCreationError,
     TransientBackendError,
 )
@@ -94,6 +96,12 @@ class Backend(abc.ABC):
     #: :attr:`lists_others_jobs` true); set it to say exactly what the backend does.
     #: ``secrets`` follows :attr:`secrets_delivery` (``"private"``) and is not set here.
     capabilities: frozenset[str] = frozenset()
+    #: the typed requests of :class:`Resources` this backend honours (the default
+    #: :meth:`check_resources` refuses a ``gpu`` or ``walltime`` request not named here)
+    resource_fields: frozenset[str] = frozenset({"cpu", "memory"})
+    #: the keys of its own ``Resources.extra[name]`` entry it understands (what goes
+    #: to :attr:`JobSpec.extra`)
+    resource_extras: frozenset[str] = frozenset()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -189,6 +197,28 @@ class Backend(abc.ABC):
     def logs(self, job: Job) -> str:
         """What the job wrote to its stdout and stderr, as far as the cluster kept it."""
         return ""
+
+    def check_resources(self, resources: Resources) -> None:
+        """Refuse, with :class:`fiber.errors.ConfigError` saying why, a resource request
+        this backend cannot honour. The core calls it before it starts any job with
+        ``resources`` (a Process's, each Pool's once); a backend whose cluster can say
+        more (no GPU anywhere, no such partition) overrides it and calls this one. The
+        default accepts the typed requests named in :attr:`resource_fields` and the
+        keys of :attr:`resource_extras` in ``resources.extra[self.name]``; other
+        backends' entries of ``extra`` are not its business."""
+        for name in ("cpu", "memory", "gpu", "walltime"):
+            value = getattr(resources, name)
+            if value and name not in self.resource_fields:
+                raise ConfigError(
+                    f"the {self.name} backend cannot honour a {name} request ({value!r}); "
+                    f"it honours {', '.join(sorted(self.resource_fields)) or 'none'}: drop "
+                    "the request or use a backend that can")
+        unknown = sorted(set(resources.extra.get(self.name, {})) - set(self.resource_extras))
+        if unknown:
+            known = ", ".join(sorted(self.resource_extras)) or "none"
+            raise ConfigError(
+                f"the {self.name} backend does not know the resource request "
+                f"extra[{self.name!r}][{unknown[0]!r}] (it knows: {known})")
 
     def listen_address(self) -> str:
         """The address of this machine that jobs of this backend can connect to. The

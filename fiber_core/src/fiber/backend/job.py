@@ -12,6 +12,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from fiber.backend.resources import Resources
+
 
 class JobState(str, enum.Enum):
     """Where a job is in its life. The first two are live, the others final."""
@@ -61,7 +63,11 @@ class JobSpec:
     a stored job description or an environment the cluster shows or keeps, as its
     :attr:`Backend.secrets_delivery` says (:mod:`fiber.backend.secrets`); they are
     left out of the spec's repr, and must never be logged. ``cpu`` is a number of cores (may be fractional), ``memory`` is in
-    MiB, ``gpu`` a number of devices; ``None`` means "no request". ``labels`` must be
+    MiB, ``gpu`` a number of devices, ``walltime`` a number of seconds; ``None`` means
+    "no request". ``extra`` holds the requests only this backend knows (its entry of
+    :attr:`fiber.backend.Resources.extra`, checked by its
+    :meth:`~fiber.backend.Backend.check_resources`); :attr:`resources` gives the typed
+    ones as a :class:`~fiber.backend.Resources`. ``labels`` must be
     attached to the job wherever the cluster supports it so that a run's leftovers can
     be found (``fiber.run`` and ``fiber.parent`` are always present). ``image`` is the
     container image for container backends (ignored by others).
@@ -77,6 +83,14 @@ class JobSpec:
     name: str = "fiber-job"
     labels: dict[str, str] = field(default_factory=dict)
     secrets: dict[str, str] = field(default_factory=dict, repr=False)
+    walltime: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def resources(self) -> Resources:
+        """The spec's typed requests as one object (``extra`` stays in :attr:`extra`)."""
+        return Resources(cpu=self.cpu, memory=self.memory, gpu=self.gpu,
+                         walltime=self.walltime)
 
 
 @dataclass(eq=False)

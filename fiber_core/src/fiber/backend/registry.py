@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -51,7 +51,7 @@ class BackendInfo:
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
 _backends: dict[str, BackendInfo] | None = None
-_instances: dict[str, Backend] = {}
+_instances: dict[Hashable, Backend] = {}
 
 
 def plugin_manager() -> pluggy.PluginManager:
@@ -105,11 +105,14 @@ def config_options() -> list[ConfigOption]:
     return options
 
 
-def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
+def get_backend(name: str, options: Mapping[str, Any],
+                variant: Hashable | None = None) -> Backend:
     """The backend instance named ``name`` for this process, created on first use
-    with the effective settings ``options``."""
+    with the effective settings ``options``; ``variant`` (a context's setting
+    overrides) selects an instance of its own."""
+    key: Hashable = name if variant is None else (name, variant)
     with _lock:
-        instance = _instances.get(name)
+        instance = _instances.get(key)
         if instance is not None:
             return instance
         info = backends().get(name)
@@ -123,7 +126,7 @@ def get_backend(name: str, options: Mapping[str, Any]) -> Backend:
         instance = info.factory(options)
         if not getattr(instance, "name", ""):
             instance.name = name
-        _instances[name] = instance
+        _instances[key] = instance
         logger.debug("backend %s created from %s %s", name, info.package, info.version)
         return instance
 

@@ -280,6 +280,19 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
     return cfg
 
 
+def overlay(base: Config, settings: Mapping[str, Any], source: str) -> Config:
+    """``base`` with ``settings`` on top, each validated as ``fiber.init`` validates
+    its own (an unknown setting or a bad value raises ConfigError naming it and
+    ``source``). The overrides count as given in code (children get them)."""
+    cfg = Config(dict(base.values), dict(base.sources), base.options)
+    for key, raw in _translate(settings, source).items():
+        if key not in cfg.options:
+            raise _unknown(key, source, cfg.options)
+        cfg.values[key] = cfg.options[key].convert(raw, source)
+        cfg.sources[key] = "code"
+    return cfg
+
+
 def get_config() -> Config:
     """The effective settings of this process (computed once, then cached)."""
     global _current

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
-from fiber.backend import secrets
+from fiber.backend import Resources, secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
 from fiber.runtime import config, popen_payload, retry, run, submit, teardown
@@ -194,9 +194,14 @@ class JobPopen:
     """Creates the job of a :class:`fiber.Process` and follows it to its end."""
 
     def __init__(self, process_obj: ProcessObject) -> None:
-        cfg = config.get_config()
+        # where the job goes: its context's target (fiber.get_context(backend, ...))
+        self.target: run.Target = getattr(process_obj, "_fiber_target", None) or run.current()
+        cfg = self.target.config()
         self.process_name = process_obj.name
-        self.backend = run.backend()
+        self.backend = self.target.backend()
+        meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
+        # checked by the backend before anything is made (a request it cannot honour)
+        resources = self.target.resources(meta, getattr(process_obj, "_resources", None))
         self.heartbeat_timeout = float(cfg.heartbeat_timeout)
         # each beat costs a round trip per job (a thousand workers: a thousand a
         # beat); a third of the timeout leaves a silent job two beats to spare
@@ -225,14 +230,13 @@ class JobPopen:
         with recording_transit() as self._transit, popen_payload.pickling(process_obj.name):
             payload = serialization.dumps_code(process_obj, popen_payload.reducer_for)
         self.bundle = pickle.dumps((preparation_data(process_obj.name), payload), 5)
-        self.hub = run.hub()
+        self.hub = self.target.hub()
         self.output = LineWriter(f"[{self.process_name}] " if cfg.output_prefix else "",
                                  self.hub.call_later)
         self.channel = ControlChannel(self)
         self.cid = self.hub.add_channel(self.channel)
-        meta = getattr(getattr(process_obj, "_target", None), "__fiber_meta__", {})
         try:
-            spec = self._job_spec(cfg, process_obj, meta)
+            spec = self._job_spec(cfg, process_obj, resources)
             self.job: Job = retry.call(self.backend.name, "create a job",
                                        lambda: submit.create(self.backend, spec),
                                        float(cfg.backend_retry_timeout))
@@ -251,7 +255,7 @@ class JobPopen:
         monitor_for(self.backend).watch(self.job, self._job_ended)
 
     def _job_spec(self, cfg: config.Config, process_obj: ProcessObject,
-                  meta: dict[str, Any]) -> JobSpec:
+                  resources: Resources) -> JobSpec:
         env = cfg.child_env()
         env.update({
             "FIBER_BACKEND": cfg.backend,
@@ -263,13 +267,15 @@ class JobPopen:
         # the run's secret travels apart from the environment; the backend delivers it
         # privately, or says its jobs' environments are private (fiber.backend.secrets)
         spec = JobSpec(
-            command=run.job_command(),
+            command=run.job_command(cfg),
             env=env,
             cwd=os.getcwd(),
             image=cfg.image,
-            cpu=meta.get("cpu", cfg.cpu),
-            memory=meta.get("memory", cfg.memory),
-            gpu=meta.get("gpu", cfg.gpu),
+            cpu=resources.cpu,
+            memory=resources.memory,
+            gpu=resources.gpu,
+            walltime=resources.walltime,
+            extra=resources.extra_for(self.backend.name),
             name=job_name(process_obj.name),
             labels=job_labels(),
             secrets={auth.AUTHKEY_ENV: auth.get_authkey().hex()},

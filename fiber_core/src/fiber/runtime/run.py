@@ -1,23 +1,35 @@
 """This process's place in a run: the run's id, whether this process is a job, the
 backend it creates jobs on, the address it listens on and its hub.
 
+Where jobs go is a :class:`Target`: a backend name with setting overrides (a context
+of :func:`fiber.get_context`, such as ``get_context("slurm", slurm_partition="gpu")``),
+its backend instance (one per name and overrides), and the hub its jobs reach (one hub
+per listen address, :func:`fiber.wire.transport.get_hub`). The default target follows
+the settings. Objects served by this process (queues, pipes, pools' channels, managers'
+addresses) are served on the hub of the *current* target: the default one, or the one
+a context selects while it creates an object (:func:`using`).
+
 The wire below knows nothing of settings or backends: what it needs from here (the
 host to listen on) is passed to it by :func:`hub`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import sys
 import threading
 import uuid
+from collections.abc import Iterator, Mapping
+from typing import Any
 
-from fiber.backend import Backend, registry
+from fiber.backend import Backend, Resources, registry
 from fiber.runtime import config
 from fiber.wire import transport
 
-__all__ = ["run_id", "is_job", "backend", "listen_host", "hub",
-           "check_not_importing_main"]
+__all__ = ["run_id", "is_job", "backend", "listen_host", "hub", "Target", "target",
+           "current", "using", "check_not_importing_main"]
 
 RUN_ENV = "_FIBER_RUN"
 #: the module every job runs (``python -m BOOTSTRAP``)
@@ -26,7 +38,6 @@ BOOTSTRAP = "fiber.runtime.bootstrap"
 _lock = threading.Lock()
 _is_job = False  # set by the bootstrap of a job
 _importing_main = False  # set by the bootstrap while the job imports its parent's main
-_expected = False  # the backend was told that jobs are coming
 
 _IMPORTING_MAIN_MESSAGE = """\
 An attempt has been made to start a new process before the current process has
@@ -71,36 +82,147 @@ def check_not_importing_main() -> None:
         raise RuntimeError(_IMPORTING_MAIN_MESSAGE)
 
 
-def job_command() -> list[str]:
+def job_command(cfg: config.Config | None = None) -> list[str]:
     """The command every job of this process runs (``python -m BOOTSTRAP``, with the
-    ``python`` setting's interpreter)."""
-    return [config.get_config().python or sys.executable, "-m", BOOTSTRAP]
+    ``python`` setting's interpreter, of ``cfg`` when given)."""
+    cfg = cfg or config.get_config()
+    return [cfg.python or sys.executable, "-m", BOOTSTRAP]
+
+
+class Target:
+    """A backend and the settings its jobs get: ``name`` (None: the ``backend``
+    setting) with ``overrides`` on top of this process's settings."""
+
+    def __init__(self, name: str | None = None,
+                 overrides: Mapping[str, Any] | None = None) -> None:
+        self.name = name
+        self.overrides = dict(overrides or {})
+        self._base: config.Config | None = None
+        self._config: config.Config | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self.name is None and not self.overrides
+
+    def config(self) -> config.Config:
+        """This process's settings with the target's backend and overrides (validated:
+        an unknown setting or a bad value raises ConfigError naming it)."""
+        base = config.get_config()
+        if self.is_default:
+            return base
+        with _lock:
+            if self._base is not base or self._config is None:
+                settings = dict(self.overrides)
+                if self.name is not None:
+                    settings["backend"] = self.name
+                self._config = config.overlay(base, settings, "get_context()")
+                self._base = base
+            return self._config
+
+    def key(self) -> tuple[str, ...] | None:
+        """What backend instances are cached by (None: the default instance)."""
+        if not self.overrides:
+            return None
+        cfg = self.config()
+        return tuple(f"{k}={cfg.values[k]!r}" for k in sorted(self.overrides))
+
+    def backend(self) -> Backend:
+        """The backend instance of this target (created on first use)."""
+        cfg = self.config()
+        return registry.get_backend(cfg.backend, cfg.as_dict(), self.key())
+
+    def listen_host(self) -> str:
+        """The address this process's hub for the target's jobs binds: the
+        ``listen_address`` setting, else the address the backend says its jobs can
+        reach."""
+        cfg = self.config()
+        if cfg.listen_address:
+            return str(cfg.listen_address)
+        return self.backend().listen_address()
+
+    def hub(self) -> transport.Hub:
+        """The hub the target's jobs connect to, created on first use. In a program's
+        main process, the backend is told then that jobs running :func:`job_command`
+        are coming (:meth:`Backend.expect_jobs`)."""
+        host = self.listen_host()
+        if not _is_job:
+            backend = self.backend()
+            with _lock:  # once per backend instance (targets may share one)
+                first = _told.get(id(backend)) is not backend
+                _told[id(backend)] = backend
+            if first:
+                backend.expect_jobs(job_command(self.config()))
+        return transport.get_hub(host)
+
+    def resources(self, *requests: Resources | Mapping[str, Any] | None) -> Resources:
+        """The settings' requests (``cpu``, ``memory``, ``gpu``) with ``requests`` on
+        top, later ones winning, checked by the backend
+        (:meth:`Backend.check_resources`: a request it cannot honour raises
+        ConfigError here, before any job starts)."""
+        cfg = self.config()
+        merged = Resources(cpu=cfg.cpu, memory=cfg.memory, gpu=cfg.gpu)
+        for request in requests:
+            if request:
+                merged = merged.merged(Resources.of(request))
+        self.backend().check_resources(merged)
+        return merged
+
+    def __repr__(self) -> str:
+        return f"Target({self.name!r}, {self.overrides!r})"
+
+
+_targets: dict[tuple[str | None, str], Target] = {}
+# backend instances told that jobs are coming (Backend.expect_jobs), by id
+_told: dict[int, Backend] = {}
+_default_target = Target()
+_current: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
+    "fiber_target", default=None)
+
+
+def target(name: str | None = None, overrides: Mapping[str, Any] | None = None) -> Target:
+    """The target of backend ``name`` with setting ``overrides`` (one per name and
+    overrides in a process; the overrides are validated here)."""
+    overrides = dict(overrides or {})
+    if name is None and not overrides:
+        return _default_target
+    key = (name, repr(sorted(overrides.items())))
+    with _lock:
+        found = _targets.get(key)
+    if found is not None:
+        return found
+    made = Target(name, overrides)
+    made.config()  # validate before it is kept
+    with _lock:
+        return _targets.setdefault(key, made)
+
+
+def current() -> Target:
+    """The target objects are served for now: the one :func:`using` selected, else the
+    default."""
+    return _current.get() or _default_target
+
+
+@contextlib.contextmanager
+def using(selected: Target) -> Iterator[Target]:
+    """Serve objects created in this block for ``selected``'s jobs, and start the
+    processes created here on its backend."""
+    token = _current.set(selected)
+    try:
+        yield selected
+    finally:
+        _current.reset(token)
 
 
 def backend() -> Backend:
-    """The backend selected by the settings (created on first use)."""
-    cfg = config.get_config()
-    return registry.get_backend(cfg.backend, cfg.as_dict())
+    """The backend of the current target (the selected by the settings by default)."""
+    return current().backend()
 
 
 def listen_host() -> str:
-    """The address this process's hub binds: the ``listen_address`` setting, else the
-    address the selected backend says its jobs can reach."""
-    cfg = config.get_config()
-    if cfg.listen_address:
-        return str(cfg.listen_address)
-    return backend().listen_address()
+    """The address this process's hub binds for the current target's jobs."""
+    return current().listen_host()
 
 
 def hub() -> transport.Hub:
-    """This process's hub, created on first use. In a program's main process, the
-    backend is told then that jobs running :func:`job_command` are coming
-    (:meth:`Backend.expect_jobs`)."""
-    global _expected
-    host = listen_host()
-    if not _is_job and not _expected:
-        with _lock:
-            first, _expected = not _expected, True
-        if first:
-            backend().expect_jobs(job_command())
-    return transport.get_hub(host)
+    """This process's hub for the current target's jobs, created on first use."""
+    return current().hub()

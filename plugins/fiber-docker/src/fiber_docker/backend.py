@@ -81,6 +81,9 @@ class DockerBackend(Backend):
     # at once, from threads sharing the client (docker-py's client is safe to share):
     # below docker-py's connection pool of 10, so no call waits for a connection
     max_parallel_calls = 8
+    resource_fields = frozenset({"cpu", "memory", "gpu"})
+    #: Resources.extra["docker"] keys: create_host_config options of the same name
+    resource_extras = frozenset({"shm_size", "cpuset_cpus", "pids_limit", "cpu_shares"})
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)
@@ -237,6 +240,9 @@ class DockerBackend(Backend):
             limits["device_requests"] = [DeviceRequest(count=int(gpu), capabilities=[["gpu"]])]
         if self._pid_host:
             limits["pid_mode"] = "host"
+        # the job's own requests (Resources.extra["docker"]): host-config options
+        for key, value in (getattr(spec, "extra", None) or {}).items():
+            limits[key] = value
         return client.api.create_host_config(
             init=True, network_mode=self._network or "host", mounts=mounts, **limits
         )

@@ -22,7 +22,17 @@ from typing import Any
 import urllib3
 from kubernetes.client.rest import ApiException
 
-from fiber.backend import Backend, BackendError, Job, JobCreationError, JobSpec, JobState, JobStatus
+from fiber.backend import (
+    Backend,
+    BackendError,
+    ConfigError,
+    Job,
+    JobCreationError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    Resources,
+)
 from fiber_k8s import cluster, names
 from fiber_k8s.manifest import (
     ANNOTATION_LABELS,
@@ -32,6 +42,7 @@ from fiber_k8s.manifest import (
     pod_manifest,
 )
 from fiber_k8s.secret import RUN_LABEL, RunSecrets, secret_name
+from fiber_k8s.settings import parse_key_values, parse_tolerations
 from fiber_k8s.status import CONTAINER, container_started, pod_status
 from fiber_k8s.watcher import PodWatcher
 
@@ -44,6 +55,24 @@ class KubernetesBackend(Backend):
 
     name = "kubernetes"
     capabilities = frozenset({"logs", "list_jobs"})
+    resource_fields = frozenset({"cpu", "memory", "gpu", "walltime"})
+    #: Resources.extra["kubernetes"] keys (see fiber_k8s.manifest)
+    resource_extras = frozenset({"node_selector", "tolerations", "resources",
+                                 "priority_class_name"})
+
+    def check_resources(self, resources: Resources) -> None:
+        """The default checks, then the job's own node selector, tolerations and extra
+        resources must parse (a bad one is refused before any pod is made)."""
+        super().check_resources(resources)
+        extra = resources.extra_for(self.name)
+        try:
+            for key in ("node_selector", "resources"):
+                value = extra.get(key) or {}
+                parse_key_values(value if isinstance(value, str) else dict(value))
+            if isinstance(extra.get("tolerations"), str):
+                parse_tolerations(extra["tolerations"])
+        except ValueError as exc:
+            raise ConfigError(f"bad kubernetes resource request: {exc}") from None
     poll_interval = 0.5
     secrets_delivery = "private"  # a Secret of the run, referenced by the pods
     # create_jobs/terminate_jobs (the contract's defaults) make this many API calls at

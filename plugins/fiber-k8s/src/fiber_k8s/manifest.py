@@ -39,6 +39,8 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
     labels.update(MANAGED_BY)
     labels[INSTANCE_LABEL] = instance
     env: list[dict[str, Any]] = [{"name": k, "value": str(v)} for k, v in spec.env.items()]
+    # the job's own requests (Resources.extra["kubernetes"]) on top of the settings
+    extra: Mapping[str, Any] = getattr(spec, "extra", None) or {}
     if spec.secrets:
         if not secret_name:
             raise ValueError("a job with secrets needs the Secret that holds them")
@@ -54,8 +56,9 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
         "image": image,
         "command": list(spec.command),
         "env": env,
-        "resources": pod_resources(spec.cpu, spec.memory, spec.gpu,
-                                   options.get("kubernetes_resources") or {}),
+        "resources": pod_resources(spec.cpu, spec.memory, spec.gpu, {
+            **parse_key_values(options.get("kubernetes_resources") or {}),
+            **parse_key_values(extra.get("resources") or {})}),
     }
     if spec.cwd:
         container["workingDir"] = spec.cwd
@@ -87,11 +90,23 @@ def pod_manifest(spec: JobSpec, *, pod_name: str, namespace: str, image: str,
         pod_spec["shareProcessNamespace"] = True
     if volumes:
         pod_spec["volumes"] = volumes
-    if options.get("kubernetes_node_selector"):
-        pod_spec["nodeSelector"] = parse_key_values(options["kubernetes_node_selector"])
-    if options.get("kubernetes_tolerations"):
-        pod_spec["tolerations"] = [t.manifest() for t in
-                                   parse_tolerations(options["kubernetes_tolerations"])]
+    selector = {**parse_key_values(options.get("kubernetes_node_selector") or {}),
+                **parse_key_values(extra.get("node_selector") or {})}
+    if selector:
+        pod_spec["nodeSelector"] = selector
+    tolerations = [t.manifest() for t in
+                   parse_tolerations(options.get("kubernetes_tolerations") or "")]
+    job_tolerations: Any = extra.get("tolerations") or []
+    if isinstance(job_tolerations, str):
+        tolerations += [t.manifest() for t in parse_tolerations(job_tolerations)]
+    else:
+        tolerations += [dict(t) for t in job_tolerations]
+    if tolerations:
+        pod_spec["tolerations"] = tolerations
+    if extra.get("priority_class_name"):
+        pod_spec["priorityClassName"] = str(extra["priority_class_name"])
+    if spec.walltime:  # the pod is ended (DeadlineExceeded) after that long
+        pod_spec["activeDeadlineSeconds"] = int(spec.walltime)
     if options.get("kubernetes_service_account"):
         pod_spec["serviceAccountName"] = options["kubernetes_service_account"]
     if options.get("kubernetes_host_network"):

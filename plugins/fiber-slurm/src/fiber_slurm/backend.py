@@ -41,11 +41,13 @@ from fiber.backend import (
     SECRETS_FILE_ENV,
     Backend,
     BackendError,
+    ConfigError,
     Job,
     JobCreationError,
     JobSpec,
     JobState,
     JobStatus,
+    Resources,
     write_secrets_file,
 )
 from fiber_slurm import script
@@ -111,6 +113,22 @@ class SlurmBackend(Backend):
     name = "slurm"
     capabilities = frozenset({"logs", "list_jobs", "bulk"})
     secrets_delivery = "private"  # a 0600 file next to the job's output (see above)
+    resource_fields = frozenset({"cpu", "memory", "gpu", "walltime"})
+    resource_extras = script.RESOURCE_EXTRAS
+
+    def check_resources(self, resources: Resources) -> None:
+        """The default checks, then: a GPU request needs a node that offers a GPU
+        generic resource (``sinfo``'s GRES column), else it would wait forever."""
+        super().check_resources(resources)
+        if resources.gpu:
+            done = self.commands.run("sinfo", ["-h", "-o", "%G"])
+            offered = done.stdout if done.returncode == 0 else ""
+            if "gpu" not in offered:
+                raise ConfigError(
+                    f"the slurm backend cannot honour a gpu request ({resources.gpu}): no "
+                    f"node of this cluster offers a gpu generic resource (sinfo -o %G: "
+                    f"{offered.split() or 'none'}); drop the request or use a cluster "
+                    "with GPUs")
 
     def __init__(self, options: Mapping[str, Any]) -> None:
         super().__init__(options)

@@ -66,6 +66,19 @@ def _directive(option: str, value: Any = None) -> str:
     return f'#SBATCH {option}="{text}"'
 
 
+#: the keys of ``Resources.extra["slurm"]`` (each an sbatch option of the same name)
+RESOURCE_EXTRAS = frozenset({"partition", "account", "qos", "constraint", "reservation",
+                             "nodelist", "exclude"})
+
+
+def walltime_text(seconds: int) -> str:
+    """``--time``'s ``D-HH:MM:SS`` for a number of seconds."""
+    minutes, secs = divmod(int(seconds), 60)
+    hours, mins = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    return f"{days}-{hours:02d}:{mins:02d}:{secs:02d}"
+
+
 def sbatch_directives(spec: JobSpec, options: Mapping[str, Any], output: str) -> list[str]:
     """The ``#SBATCH`` lines of ``spec`` under the backend's ``options``."""
     lines = [
@@ -86,11 +99,21 @@ def sbatch_directives(spec: JobSpec, options: Mapping[str, Any], output: str) ->
         lines.append(_directive("--mem", f"{int(spec.memory)}M"))
     if spec.gpu:
         lines.append(_directive("--gres", f"gpu:{int(spec.gpu)}"))
+    if spec.walltime:
+        lines.append(_directive("--time", walltime_text(spec.walltime)))
+    # a job's own requests (Resources.extra["slurm"], in spec.extra) beat the settings
+    extra = getattr(spec, "extra", None) or {}
     for key, flag in (("slurm_partition", "--partition"), ("slurm_account", "--account"),
                       ("slurm_qos", "--qos"), ("slurm_time", "--time"),
                       ("slurm_constraint", "--constraint")):
-        if options.get(key):
-            lines.append(_directive(flag, options[key]))
+        if key == "slurm_time" and spec.walltime:
+            continue
+        value = extra.get(key[len("slurm_"):]) or options.get(key)
+        if value:
+            lines.append(_directive(flag, value))
+    for key in ("reservation", "nodelist", "exclude"):
+        if extra.get(key):
+            lines.append(_directive(f"--{key}", extra[key]))
     for extra in options.get("slurm_extra") or []:
         if "\n" in extra or "\r" in extra:
             raise JobCreationError(f"slurm_extra option {extra!r} contains a line break")

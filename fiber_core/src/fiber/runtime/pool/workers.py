@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from fiber import util
+from fiber.backend import Backend
 from fiber.errors import ProcessStartError
 from fiber.runtime import popen, retry, run, submit
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
@@ -101,7 +102,9 @@ class WorkerSet:
 
     def __init__(self, owner: object, scheduler: Scheduler, changed: threading.Condition,
                  make_process: Callable[[int], WorkerProcess], hub: transport.Hub,
-                 cid: int) -> None:
+                 cid: int, backend: Backend | None = None) -> None:
+        # the backend the workers' jobs go to (the pool's context's; else the run's)
+        self._backend = backend if backend is not None else run.backend()
         self._scheduler = scheduler
         self._changed = changed
         self._make_process = make_process
@@ -114,7 +117,7 @@ class WorkerSet:
                                        exitpriority=15)
         # (a bulk backend: a whole group reaches one create_jobs call, runtime.submit)
         self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
-                                               run.backend(), STARTER_THREADS),
+                                               self._backend, STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
         self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
                                             args=(weakref.ref(self), changed),
@@ -137,7 +140,7 @@ class WorkerSet:
                     del workers
                     changed.wait(1.0)
                     continue
-            submit.expect(run.backend(), len(plan))  # one create_jobs call for the group
+            submit.expect(workers._backend, len(plan))  # one create_jobs call for the group
             for w in plan:
                 try:
                     workers._starter.submit(workers._start, w)

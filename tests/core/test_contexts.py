@@ -1,0 +1,135 @@
+"""A backend per context and resources per process and per pool, on the local backend:
+contexts of one backend with different setting overrides get backend instances of
+their own and their jobs get their own settings; ``Pool(context=)`` honours the
+context; resource requests are merged (settings < ``@fiber.meta`` < ``resources=``),
+reach the job's spec, and what the backend cannot honour is refused before any job
+starts. Real jobs (local subprocesses) throughout."""
+
+from __future__ import annotations
+
+import multiprocessing
+
+import pytest
+
+import fiber
+from fiber.backend import ConfigError, Resources
+from fiber.context import BackendContext
+
+
+def _report(queue):
+    queue.put((fiber.get_config_value("backend"), fiber.get_config_value("cpu"),
+               fiber.get_config_value("output_prefix")))
+
+
+def _setting(_):
+    return fiber.get_config_value("cpu")
+
+
+def test_method_names_keep_multiprocessing_semantics():
+    for method in ("spawn", "fork", "forkserver"):
+        ctx = fiber.get_context(method)
+        assert ctx.get_start_method() == method
+        assert ctx is fiber.get_context(method)
+        assert not isinstance(ctx, BackendContext)
+    with pytest.raises(ValueError, match="cannot find context for 'nosuchthing'"):
+        fiber.get_context("nosuchthing")
+
+
+def test_backend_contexts_are_one_per_name_and_overrides():
+    a = fiber.get_context("local", cpu=2)
+    assert a is fiber.get_context("local", cpu=2)
+    b = fiber.get_context("local", cpu=3)
+    assert a is not b and a.backend == b.backend == "local"
+    assert a.get_start_method() == "spawn"
+    assert fiber.get_context("fork", cpu=2).get_start_method() == "fork"
+    # separate backend instances, and the default one is neither
+    backends = {id(a._fiber_target.backend()), id(b._fiber_target.backend()),
+                id(fiber.get_context("local")._fiber_target.backend())}
+    assert len(backends) == 3
+
+
+def test_overrides_are_validated_and_errors_name_the_setting():
+    with pytest.raises(ConfigError, match="unknown setting 'cpuu'.*did you mean 'cpu'"):
+        fiber.get_context("local", cpuu=2)
+    with pytest.raises(ConfigError, match="cpu"):
+        fiber.get_context("local", cpu="many")
+
+
+def test_each_context_s_jobs_get_its_own_settings():
+    two = fiber.get_context("local", cpu=2, output_prefix=True)
+    three = fiber.get_context("local", cpu=3)
+    q2, q3 = two.Queue(), three.Queue()
+    p2 = two.Process(target=_report, args=(q2,))
+    p3 = three.Process(target=_report, args=(q3,))
+    p2.start()
+    p3.start()
+    assert q2.get(timeout=120) == ("local", 2.0, True)
+    assert q3.get(timeout=120) == ("local", 3.0, False)
+    p2.join(60)
+    p3.join(60)
+    assert (p2.exitcode, p3.exitcode) == (0, 0)
+    assert p2._popen is None or p2._popen.backend is two._fiber_target.backend()
+    # a context's Process is still fiber's (and multiprocessing's API)
+    assert issubclass(two.Process, fiber.Process)
+
+
+def test_pool_honours_its_context():
+    ctx = fiber.get_context("local", cpu=4)
+    with fiber.Pool(2, context=ctx) as pool:
+        assert pool.map(_setting, range(4)) == [4.0] * 4
+    with ctx.Pool(1) as pool:
+        assert pool.apply(_setting, (0,)) == 4.0
+    # a multiprocessing context is accepted as before: the current backend
+    with fiber.Pool(1, context=multiprocessing.get_context("spawn")) as pool:
+        assert pool.apply(_setting, (0,)) == fiber.get_config_value("cpu")
+
+
+@fiber.meta(cpu=2, memory="1G")
+def _sleep_briefly():
+    import time
+
+    time.sleep(0.5)
+
+
+def test_resources_merge_and_reach_the_job_spec():
+    p = fiber.Process(target=_sleep_briefly, resources={"memory": "2G"})
+    p.start()
+    try:
+        spec = p._popen.job.spec
+        assert (spec.cpu, spec.memory, spec.gpu, spec.walltime) == (2.0, 2048, None, None)
+        assert spec.extra == {}
+    finally:
+        p.join(60)
+    assert p.exitcode == 0
+
+
+def test_resources_values_are_checked_when_made():
+    assert Resources(memory="4G", walltime="1-00:30").memory == 4096
+    assert Resources(walltime="1-00:30").walltime == 24 * 3600 + 30 * 60
+    assert Resources(walltime="10:00").walltime == 600
+    assert Resources(walltime="1:00:00").walltime == 3600
+    with pytest.raises(ConfigError, match="walltime"):
+        Resources(walltime="soon")
+    with pytest.raises(ConfigError, match="memory"):
+        Resources(memory="lots")
+    with pytest.raises(ConfigError, match="unknown resource request 'cpus'"):
+        fiber.Process(target=print, resources={"cpus": 2})
+    with pytest.raises(ConfigError, match="walltime"):
+        fiber.meta(walltime=-1)
+
+
+def test_what_the_backend_cannot_honour_is_refused_before_any_job_starts():
+    before = set(fiber.active_children())
+    with pytest.raises(ConfigError, match="local backend cannot honour a gpu request"):
+        fiber.Pool(2, resources={"gpu": 1})
+    with pytest.raises(ConfigError, match=r"does not know the resource request "
+                                          r"extra\['local'\]\['partition'\]"):
+        fiber.Pool(2, resources=Resources(extra={"local": {"partition": "debug"}}))
+    p = fiber.Process(target=print, resources=Resources(walltime=60))
+    with pytest.raises(ConfigError, match="local backend cannot honour a walltime request"):
+        p.start()
+    assert p.pid is None
+    assert set(fiber.active_children()) == before
+    # another backend's extras are not the local backend's business
+    with fiber.Pool(1, resources=Resources(extra={"slurm": {"partition": "debug"}})) as pool:
+        assert pool.apply(_setting, (0,)) == fiber.get_config_value("cpu")
