@@ -4,6 +4,7 @@ an unknown extra is refused before any pod is made."""
 
 from __future__ import annotations
 
+import collections
 import time
 
 import pytest
@@ -14,6 +15,11 @@ from fiber.backend import ConfigError
 
 def _hold(seconds):
     time.sleep(seconds)
+
+
+def _nap(i):
+    time.sleep(0.02)
+    return i
 
 
 def test_process_resources_reach_the_pod(k8s_engine, admin_api):
@@ -47,3 +53,20 @@ def test_unknown_extra_is_refused_before_any_pod(k8s_engine, admin_api):
     with pytest.raises(ConfigError, match=r"extra\['kubernetes'\]\['partition'\]"):
         fiber.Pool(2, resources={"extra": {"kubernetes": {"partition": "x"}}})
     assert pods() == before
+
+
+def test_pool_runs_several_workers_per_pod(k8s_engine, admin_api):
+    """Pool(8, workers_per_job=4): two pods, each asking for four times a worker's
+    request, each running four workers the pool counts one by one."""
+    with fiber.Pool(8, workers_per_job=4,
+                    resources={"cpu": 0.05, "memory": "64M"}) as pool:
+        assert pool.map(_nap, range(64), chunksize=1) == list(range(64))
+        stats = pool.stats()
+        per_pod = collections.Counter(w.process.job_id for w in stats.workers
+                                      if w.state in ("idle", "busy"))
+        assert sorted(per_pod.values()) == [4, 4], per_pod
+        names = set(per_pod)
+        for name in names:
+            pod = admin_api.read_namespaced_pod(name, "default")
+            resources = pod.spec.containers[0].resources
+            assert resources.requests == {"cpu": "200m", "memory": "256Mi"}

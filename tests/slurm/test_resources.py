@@ -26,6 +26,11 @@ def _hold(seconds):
     time.sleep(seconds)
 
 
+def _where(_):
+    time.sleep(0.02)
+    return os.getpid(), os.getppid()
+
+
 def _our_jobs() -> set[str]:
     out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
                          check=True).stdout
@@ -67,3 +72,20 @@ def test_what_slurm_cannot_honour_is_refused_before_any_job():
     with pytest.raises(ConfigError, match=r"extra\['slurm'\]\['nodes'\]"):
         fiber.Pool(2, resources={"extra": {"slurm": {"nodes": 4}}})
     assert _our_jobs() == before
+
+
+@pytest.mark.usefixtures("slurm_cluster")
+def test_pool_runs_several_workers_per_job():
+    """Pool(8, workers_per_job=4): two Slurm jobs, each asking for four times a
+    worker's request, each running four workers the pool counts one by one."""
+    with fiber.Pool(8, workers_per_job=4, resources={"cpu": 1, "memory": "64M"}) as pool:
+        pairs = pool.map(_where, range(64), chunksize=1)
+        stats = pool.stats()
+        ids = {w.process.job_id for w in stats.workers if w.process is not None}
+        assert len(stats.workers) == 8
+        assert len(ids) == 2, ids
+        for job_id in ids:
+            info = _scontrol(job_id)
+            assert info["CPUs/Task"] == "4"
+            assert info["MinMemoryNode"] == "256M"
+    assert len({ppid for _, ppid in pairs}) == 2

@@ -47,7 +47,7 @@ from fiber.runtime.pool.results import (
     MapResult,
 )
 from fiber.runtime.pool.scheduler import BUSY, IDLE, STARTING, STOPPING, Scheduler
-from fiber.runtime.pool.worker import worker
+from fiber.runtime.pool.worker import worker, worker_group
 from fiber.runtime.pool.workers import WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
@@ -129,11 +129,18 @@ class PoolStats:
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
-                    initargs: tuple[Any, ...], wid: int, *, process_class: type = Process,
+                    initargs: tuple[Any, ...], wids: list[int], *,
+                    process_class: type = Process,
                     resources: Resources | None = None) -> Process:
-    return process_class(target=worker, name=f"PoolWorker-{wid}", daemon=True,
-                         args=(address, cid, wid, initializer, initargs),
-                         resources=resources)
+    """The job of the pool workers ``wids``: one worker, or several in one job
+    (``workers_per_job``), whose request is ``resources`` times their number."""
+    if len(wids) == 1:
+        return process_class(target=worker, name=f"PoolWorker-{wids[0]}", daemon=True,
+                             args=(address, cid, wids[0], initializer, initargs),
+                             resources=resources)
+    return process_class(target=worker_group, name=f"PoolWorkers-{wids[0]}-{wids[-1]}",
+                         daemon=True, args=(address, cid, wids, initializer, initargs),
+                         resources=None if resources is None else resources.scaled(len(wids)))
 
 
 def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
@@ -151,7 +158,12 @@ class Pool:
     :meth:`resize`; ``max_task_attempts`` (default: the ``max_task_attempts``
     setting, 3) is how many workers a task may lose before it fails; ``resources``
     (a :class:`fiber.Resources` or a mapping of its fields) is each worker's job's
-    request, checked by the backend before any worker starts. ``context``: a fiber
+    request, checked by the backend before any worker starts; ``workers_per_job``
+    (default 1) runs that many workers in each job, which asks for ``resources`` times
+    that many (a site that grants whole nodes: ``Pool(64, workers_per_job=32,
+    resources={"cpu": 1})`` is two jobs of 32 CPUs); the pool still counts workers,
+    and a job that is lost loses its workers, whose tasks go to others as any lost
+    worker's. ``context``: a fiber
     context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
     its backend; other contexts (None, multiprocessing's) mean the current one.
     """
@@ -165,7 +177,8 @@ class Pool:
                  max_processes: int | None = None,
                  max_task_attempts: int | None = None,
                  error_handling: bool | None = None,
-                 resources: Resources | Mapping[str, Any] | None = None) -> None:
+                 resources: Resources | Mapping[str, Any] | None = None,
+                 workers_per_job: int = 1) -> None:
         if error_handling is not None:
             util.warn_deprecated(
                 "Pool(error_handling)",
@@ -192,8 +205,14 @@ class Pool:
         target: run.Target = getattr(context, "_fiber_target", None) or run.current()
         process_class = context.Process if hasattr(context, "_fiber_target") else Process
         # checked by the backend before any worker starts
-        requested = None if resources is None else Resources.of(resources)
-        target.resources(requested)
+        if not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool) \
+                or workers_per_job < 1:
+            raise ValueError(f"workers_per_job must be a positive int, not {workers_per_job!r}")
+        # each worker's request (the settings' with the pool's on top); a job of
+        # several workers asks for it times their number
+        requested = target.resources(None if resources is None else Resources.of(resources))
+        if workers_per_job > 1:
+            target.resources(requested.scaled(workers_per_job))
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
@@ -217,7 +236,7 @@ class Pool:
             self, self._scheduler, changed,
             functools.partial(_worker_process, self._address, self._cid, initializer,
                               initargs, process_class=process_class, resources=requested),
-            hub, self._cid, target.backend())
+            hub, self._cid, target.backend(), workers_per_job)
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------

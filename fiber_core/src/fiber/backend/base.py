@@ -47,7 +47,6 @@ CAPABILITIES: dict[str, str] = {
                  "(what `fiber jobs` and `fiber clean` need)",
     "bulk": ":meth:`Backend.create_jobs` / :meth:`Backend.terminate_jobs` act on many "
             "jobs in fewer calls than one per job (a job array, one delete by label)",
-    "workers_per_job": "one job may run several pool workers",
     "secrets": "the run's secret reaches a job through a private channel, not its "
                "environment (declared by secrets_delivery = 'private', not in the set)",
 }

@@ -131,6 +131,16 @@ class Resources:
             walltime=other.walltime if other.walltime is not None else self.walltime,
             extra=extra)
 
+    def scaled(self, n: int) -> Resources:
+        """The request of a job that runs ``n`` of what this asks for: ``cpu``,
+        ``memory`` and ``gpu`` times ``n``; ``walltime`` and ``extra`` as they are."""
+        return Resources(
+            cpu=None if self.cpu is None else self.cpu * n,
+            memory=None if self.memory is None else self.memory * n,
+            gpu=None if self.gpu is None else self.gpu * n,
+            walltime=self.walltime,
+            extra={name: dict(requests) for name, requests in self.extra.items()})
+
     def __repr__(self) -> str:
         parts = [f"{name}={getattr(self, name)!r}" for name in ("cpu", "memory", "gpu",
                                                                  "walltime")

@@ -31,7 +31,9 @@ from __future__ import annotations
 import _thread
 import collections
 import logging
+import os
 import pickle
+import signal
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -339,3 +341,65 @@ def worker(address: str, cid: int, worker_id: int,
         if sender is not None:
             sender.close()
     confirm.close()
+
+
+def worker_group(address: str, cid: int, worker_ids: Sequence[int],
+                 initializer: Callable[..., object] | None = None,
+                 initargs: Sequence[Any] = ()) -> None:
+    """Run one pool worker per id of ``worker_ids`` in this job (the pool's
+    ``workers_per_job``): each in a child forked from the job (the standard library's
+    ``fork`` start method, so each has its own interpreter and connection to the pool,
+    as a worker of a job of its own), and wait for them all. A child that is lost is
+    lost to the pool alone (its connection drops) and replaced by the pool; its siblings
+    go on. The job ends when every child has ended: with the first child's failure
+    (the same exit status, or the same signal) if one failed, so the pool reads the
+    job's end as it reads a single worker's."""
+    import multiprocessing  # lazy: only jobs that run several workers fork
+    from multiprocessing.connection import wait
+
+    fork = multiprocessing.get_context("fork")
+    parent = os.getpid()
+    children = [fork.Process(target=_group_member, name=f"PoolWorker-{wid}",
+                             args=(parent, address, cid, wid, initializer, initargs))
+                for wid in worker_ids]
+    for child in children:
+        child.start()
+    failure = 0
+    waiting: dict[Any, Any] = {child.sentinel: child for child in children}
+    try:
+        while waiting:
+            for sentinel in wait(list(waiting)):
+                child = waiting.pop(sentinel)
+                child.join()
+                code = child.exitcode or 0
+                if code and not failure:
+                    failure = code
+                    logger.debug("pool worker %s of this job ended with %s", child.name,
+                                 code)
+    finally:
+        for child in children:  # this job is being ended: so are its workers
+            if child.exitcode is None:
+                child.kill()
+                child.join()
+    if failure < 0:  # as the child ended: the job's end reads as that worker's
+        signal.signal(-failure, signal.SIG_DFL)
+        os.kill(os.getpid(), -failure)
+    if failure:
+        raise SystemExit(failure)
+
+
+def _group_member(parent: int, address: str, cid: int, worker_id: int,
+                  initializer: Callable[..., object] | None,
+                  initargs: Sequence[Any]) -> None:
+    """A worker of a :func:`worker_group`: it ends with its job's process, however that
+    ends (Linux's parent-death signal: a job killed by its cluster takes its workers)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the cluster ends the job's processes
+        logger.debug("no parent-death signal here", exc_info=True)
+    if os.getppid() != parent:  # the job ended before the signal was set
+        os._exit(1)
+    worker(address, cid, worker_id, initializer, initargs)

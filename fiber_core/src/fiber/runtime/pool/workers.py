@@ -14,6 +14,11 @@ for the records of the missing workers (they count as *starting* until they conn
 and hands them to the starter. It holds the worker set only weakly between rounds, so
 an unreferenced pool can be garbage collected, which ends its workers.
 
+A pool's ``workers_per_job`` (1 by default) groups the workers the supervisor starts
+together into jobs of that many (:func:`~fiber.runtime.pool.worker.worker_group`):
+each worker still connects and is counted on its own, and is lost on its own when its
+connection drops; when a job ends, every worker it ran is lost.
+
 A worker whose job ends is lost to the table (its tasks are requeued) and replaced.
 One that fails on its own before it ever connected (a traceback while it prepares,
 another fiber version, an exit status or a crash) counts as a start failure; one that
@@ -96,13 +101,16 @@ def end_pool(scheduler: Scheduler, changed: threading.Condition,
 
 
 class WorkerSet:
-    """The workers of one pool. ``make_process(worker_id)`` returns an unstarted
-    process; ``changed`` is the condition, on the pool's lock, that the table notifies;
-    the workers are ended when ``owner`` (the pool) is garbage collected."""
+    """The workers of one pool. ``make_process(worker_ids)`` returns the unstarted
+    process of a job that runs those workers (``workers_per_job`` of them at most, one
+    by default); ``changed`` is the condition, on the pool's lock, that the table
+    notifies; the workers are ended when ``owner`` (the pool) is garbage collected."""
 
     def __init__(self, owner: object, scheduler: Scheduler, changed: threading.Condition,
-                 make_process: Callable[[int], WorkerProcess], hub: transport.Hub,
-                 cid: int, backend: Backend | None = None) -> None:
+                 make_process: Callable[[list[int]], WorkerProcess], hub: transport.Hub,
+                 cid: int, backend: Backend | None = None, workers_per_job: int = 1,
+                 ) -> None:
+        self._per_job = workers_per_job
         # the backend the workers' jobs go to (the pool's context's; else the run's)
         self._backend = backend if backend is not None else run.backend()
         self._scheduler = scheduler
@@ -140,10 +148,12 @@ class WorkerSet:
                     del workers
                     changed.wait(1.0)
                     continue
-            submit.expect(workers._backend, len(plan))  # one create_jobs call for the group
-            for w in plan:
+            n = workers._per_job
+            jobs = [plan[i:i + n] for i in range(0, len(plan), n)]
+            submit.expect(workers._backend, len(jobs))  # one create_jobs call for the group
+            for job in jobs:
                 try:
-                    workers._starter.submit(workers._start, w)
+                    workers._starter.submit(workers._start, job)
                 except RuntimeError:  # terminated meanwhile
                     return
             del workers
@@ -164,10 +174,10 @@ class WorkerSet:
             return []
         return s.new_workers(need)
 
-    def _start(self, w: Worker) -> None:
-        """Start the job of ``w`` (on a starter thread)."""
+    def _start(self, job: list[Worker]) -> None:
+        """Start the job of the workers ``job`` (on a starter thread)."""
         s = self._scheduler
-        process = self._make_process(w.id)
+        process = self._make_process([w.id for w in job])
         try:
             with retry.pausing(self._retry_pause):
                 process.start()
@@ -175,15 +185,18 @@ class WorkerSet:
             with self._changed:
                 unwanted = self._unwanted()
                 if unwanted:
-                    s.start_failed(w)
+                    for w in job:
+                        s.start_failed(w)
             if unwanted:
                 return
             logger.error("cannot start a pool worker: %s", exc)
             self._break(exc)
             with self._changed:
-                s.start_failed(w)
+                for w in job:
+                    s.start_failed(w)
             return
-        w.process = process
+        for w in job:
+            w.process = process
         with self._changed:
             self.processes[:] = [p for p in self.processes if p.exitcode is None]
             self.processes.append(process)
@@ -200,7 +213,7 @@ class WorkerSet:
         def ended() -> None:
             workers = ref()
             if workers is not None:
-                workers._ended(w)
+                workers._ended(job)
 
         process._popen.add_done_callback(ended)
 
@@ -222,11 +235,15 @@ class WorkerSet:
                 self._changed.wait(min(left, 1.0))
         return True
 
-    def _ended(self, w: Worker) -> None:
-        """The job of ``w`` ended."""
+    def _ended(self, job: list[Worker]) -> None:
+        """The job of the workers ``job`` ended (they are lost, if they were not)."""
         s = self._scheduler
+        w = job[0]
         job_popen = w.process._popen if w.process is not None else None
-        if job_popen is not None and not w.connected and not w.stopping \
+        # a start failure when none of its workers got as far as connecting (counted
+        # once per job, however many workers it ran)
+        if job_popen is not None and not any(x.connected for x in job) \
+                and not all(x.stopping for x in job) \
                 and s.state != TERMINATE and job_popen.failed_on_its_own:
             with self._changed:
                 s.start_failures += 1
@@ -237,7 +254,7 @@ class WorkerSet:
                     f"{job_popen.returncode}) before they could take tasks; see their output "
                     "above"))
         with self._changed:
-            failed = s.lose(w)
+            failed = [outcome for x in job for outcome in s.lose(x)]
         settle(failed)
 
     def _break(self, exc: BaseException) -> None:
@@ -263,7 +280,11 @@ class WorkerSet:
 
     def _retire(self, w: Worker) -> None:
         self._scheduler.retire(w)
-        if not w.connected and w.process is not None:
+        # a job that has not connected yet is ended, unless it runs other workers that
+        # are kept (those let go connect, are told to stop and exit)
+        if not w.connected and w.process is not None and all(
+                x.stopping or not x.alive for x in self._scheduler.workers.values()
+                if x.process is w.process):
             try:
                 w.process.terminate()
             except Exception:  # noqa: BLE001 - the job may already be gone
