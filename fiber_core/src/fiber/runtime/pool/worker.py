@@ -136,6 +136,8 @@ class ResultSender:
     def __init__(self, client: Any, cid: int, worker_id: int) -> None:
         self._ctx = client.context()
         self._ctx.close()  # one-way: no reply comes, and any would be dropped
+        # (the stream wire's: reads what has arrived, see StreamClient.drain)
+        self._drain: Callable[[], None] = getattr(client, "drain", lambda: None)
         self._cid = cid
         self._worker_id = worker_id
         self.line = 0  # the line whose batch runs; set between batches
@@ -201,6 +203,9 @@ class ResultSender:
                     logger.debug("pool worker %d stops sending results: %s",
                                  self._worker_id, exc)
                     return
+            # the next batch, if it came, leaves the kernel's queue (a kill then
+            # closes the connection in order: what was sent is not thrown away)
+            self._drain()
 
 
 class Giver:

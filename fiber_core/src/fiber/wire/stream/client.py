@@ -155,6 +155,46 @@ class StreamClient:
                     queue.append(body)
                 self._cond.notify_all()
 
+    def drain(self) -> None:
+        """Take what has arrived, without waiting, into the lines' queues (unless a
+        thread is reading already). A pool worker calls it as it sends results, so that
+        replies waiting for it (its next batch) leave the kernel's receive queue: a
+        process killed with unread data there has its connection *reset*, and the
+        kernel throws away what it had sent but not yet delivered (results held back by
+        a network outage); with nothing unread, the connection closes in order and
+        those results still reach the master once the network is back."""
+        with self._cond:
+            if self._reading or self.lost:
+                return
+            self._reading = True
+        buf = self._rbuf
+        try:
+            while True:
+                try:
+                    n = self._sock.recv_into(self._chunk, 0, socket.MSG_DONTWAIT)
+                except (BlockingIOError, InterruptedError):
+                    break
+                if not n:  # the end: the next waiter's read finds it too
+                    break
+                buf += memoryview(self._chunk)[:n]
+                if n < len(self._chunk):
+                    break
+        except OSError:
+            pass  # the next waiter's read finds it
+        finally:
+            with self._cond:
+                while len(buf) >= _FRAME.size:
+                    size, line = _FRAME.unpack_from(buf)
+                    end = _FRAME.size + size
+                    if len(buf) < end:
+                        break  # the rest of a frame is still on its way
+                    queue = self._replies.get(line)
+                    if queue is not None:
+                        queue.append(bytes(buf[_FRAME.size:end]))
+                    del buf[:end]
+                self._reading = False
+                self._cond.notify_all()
+
     def _read_frame(self, deadline: float | None) -> tuple[int, bytes]:
         buf = self._rbuf
         if deadline is not None and not buf:
