@@ -87,6 +87,42 @@ def test_request_reply_and_lines_answered_out_of_order(hub):
         client.close()
 
 
+def _unread(sock: socket.socket) -> int:
+    """Bytes in the kernel's receive queue of ``sock`` (FIONREAD)."""
+    import fcntl
+    import termios
+
+    return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.FIONREAD, b"\0" * 4))[0]
+
+
+def test_drain_takes_what_arrived_off_the_kernels_queue(hub):
+    """Replies that arrive while no thread reads stay in the kernel until drain()
+    takes them (a pool worker drains as it sends results, so a kill closes its
+    connection in order instead of resetting it, issue #17); each line still gets its
+    own replies, a frame cut in two included."""
+    ch = _Channel()
+    cid = hub.add_channel(ch, stream=True)
+    client = StreamClient(hub.stream_address)
+    try:
+        big = client.context()
+        small = client.context()
+        big.send(cid, b"x" * 300_000)  # echoed: more than one read's worth
+        small.send(cid, b"small")
+        _wait_for(lambda: _unread(client._sock) > 0)
+        time.sleep(0.2)  # the rest arrives
+        assert _unread(client._sock) > 0  # nobody reads: it waits in the kernel
+        client.drain()
+        while _unread(client._sock):  # a big frame may come in pieces
+            client.drain()
+        assert _unread(client._sock) == 0
+        assert small.recv(timeout=0) == b"small"
+        assert big.recv(timeout=10) == b"x" * 300_000
+        client.drain()  # nothing there: returns at once
+        assert client.request(cid, b"after") == b"after"
+    finally:
+        client.close()
+
+
 def test_big_reply_does_not_block_the_replying_thread(hub):
     ch = _Channel()
     cid = hub.add_channel(ch, stream=True)

@@ -35,13 +35,6 @@ def hostname(_: int) -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=False, reason=(
-    "open in #17: since this session's scheduler merges, a worker on the cut-off host "
-    "that is killed during the outage loses the results it finished but could not send "
-    "(79 duplicate executions for 6 kills in every CI run; 0 on the faults branch): "
-    "results are one-way messages with no acknowledgement, so what a partitioned worker "
-    "sent before dying is gone when its socket is reset. The assertions are unchanged; "
-    "the test still runs and reports XPASS when it passes"))
 def test_host_outage_and_killed_workers_lose_nothing(ssh_fiber, ssh_hosts, tmp_path,
                                                      caplog):
     log = str(tmp_path / "executions")
