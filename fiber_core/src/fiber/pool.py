@@ -25,7 +25,7 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, NoReturn, TypeVar
@@ -366,7 +366,7 @@ class Pool:
         result._direct = functools.partial(wait_directly, task, result)
         return result
 
-    def _chunks(self, func: Callable[..., Any], items: list[Any], chunksize: int | None,
+    def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
                 kind: int, sink: Any) -> Any:
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._scheduler.target * 4)
@@ -382,8 +382,8 @@ class Pool:
         self._scheduler.check_running()
         for start in range(0, len(items), step):
             with self._lock:
-                self._scheduler.submit_chunks(func, items[start:start + step], chunksize,
-                                              kind, counted, start=start)
+                self._scheduler.submit_chunks(func, items, chunksize, kind, counted,
+                                              start=start, first=start, last=start + step)
         return sink
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
@@ -397,7 +397,9 @@ class Pool:
                   error_callback: Callable[[BaseException], object] | None = None,
                   ) -> MapResult[_T]:
         """As :meth:`map`; returns its :class:`MapResult`."""
-        items = list(iterable)
+        # a list, tuple or range is chunked as it is (slices; a range's travel as
+        # ranges), anything else read into a list first, as multiprocessing does
+        items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
         return self._chunks(func, items, chunksize, TaskKind.MAP, result)
 

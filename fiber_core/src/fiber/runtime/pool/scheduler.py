@@ -63,7 +63,7 @@ import collections
 import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fiber.errors import WorkerLostError
@@ -292,20 +292,27 @@ class Scheduler:
         self.dispatch_waiting()
         return task
 
-    def submit_chunks(self, func: Callable[..., Any], items: list[Any], chunksize: int,
-                      kind: int, sink: Sink, start: int = 0, fed: bool = False) -> None:
-        """Queue ``items`` (the input's items from index ``start`` on) in chunks of
-        ``chunksize`` and hand out what can be. ``fed``: by the feeder of an imap
-        submitted before the pool was closed (it may go on after ``close()``)."""
+    def submit_chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int,
+                      kind: int, sink: Sink, start: int = 0, fed: bool = False, *,
+                      first: int = 0, last: int | None = None) -> None:
+        """Queue ``items[first:last]`` (the input's items from index ``start`` on) in
+        chunks of ``chunksize`` and hand out what can be. ``fed``: by the feeder of an
+        imap submitted before the pool was closed (it may go on after ``close()``).
+        A chunk is a slice of ``items`` (of a ``range``, a ``range``: it travels as
+        three numbers, not as its items)."""
         if not (fed and self.state == CLOSE):
             self.check_running()
         elif self.broken is not None:
             raise self.broken
         fid = self.func_id(func)
         ids = self.task_ids
-        self.queue.extend(Task(next(ids), fid, kind, items[i:i + chunksize], sink,
-                               start + i, len(items[i:i + chunksize]))
-                          for i in range(0, len(items), chunksize))
+        end = len(items) if last is None else min(last, len(items))
+        tasks: list[Task] = []
+        add = tasks.append
+        for i in range(first, end, chunksize):
+            chunk = items[i:min(i + chunksize, end)]
+            add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk)))
+        self.queue.extend(tasks)
         self.dispatch_waiting()
 
     def feed_ended(self) -> None:
