@@ -7,10 +7,17 @@ buffer and records the exit status. A job is PENDING until its pid is known.
 Placement (:mod:`fiber_ssh.placement`) picks the host with the most free slots; when
 all are taken a job stays PENDING until one frees (``ssh_when_full=wait``) or creation
 fails (``ssh_when_full=fail``). A job whose host's connection dies is LOST.
+
+Every job carries its id, name and labels in its environment
+(:data:`fiber_ssh.remote.JOB_VAR` and the others), so :meth:`SSHBackend.list_jobs`
+finds on the hosts the jobs that other processes of the same user started (what
+``fiber jobs`` and ``fiber clean`` need): such a job is watched and ended through new
+sessions by its pid (:class:`_Found`), as it has no channel here.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import signal
 import socket
@@ -61,16 +68,24 @@ class _Handle:
         self.cancelled = False
 
 
+class _Found:
+    """A job another process started, found on ``host`` by :meth:`SSHBackend.list_jobs`:
+    followed by its pid through new sessions (its exit status is its starter's to know)."""
+
+    def __init__(self, host: HostSlots, pid: int) -> None:
+        self.host = host
+        self.pid = pid
+        self.cancelled = False
+        self.final: JobStatus | None = None
+
+
 class SSHBackend(Backend):
     """Jobs as processes on SSH hosts."""
 
     name = "ssh"
     poll_interval = 0.5
-    # list_jobs knows the jobs of this instance only (the hosts are not searched), so
-    # it does not declare "list_jobs": `fiber jobs` and `fiber clean` say they cannot
-    # list ssh jobs
-    lists_others_jobs = False
-    capabilities = frozenset({"logs"})
+    # list_jobs searches the hosts for the jobs of other processes of this user too
+    capabilities = frozenset({"logs", "list_jobs"})
     # the run's secret goes with the environment on the channel's stdin to the
     # wrapper, which exports it (fiber_ssh.remote): never on a command line or in a file
     secrets_delivery = "private"
@@ -207,7 +222,10 @@ class SSHBackend(Backend):
             chan.set_combine_stderr(True)
             chan.exec_command(remote.command_line(spec.command, cwd, end))
             # the secrets travel with the environment, on the channel's stdin
-            chan.sendall(remote.env_script({**spec.env, **spec.secrets}, end).encode())
+            marks = {remote.JOB_VAR: job.id, remote.NAME_VAR: spec.name,
+                     remote.LABELS_VAR: json.dumps(spec.labels, sort_keys=True)}
+            chan.sendall(remote.env_script({**spec.env, **spec.secrets, **marks},
+                                           end).encode())
         except (TimeoutError, paramiko.SSHException, OSError) as exc:
             chan.close()
             if not host.conn.alive:
@@ -397,6 +415,8 @@ class SSHBackend(Backend):
         return JobStatus(JobState.FAILED, code, reason)
 
     def status(self, job: Job) -> JobStatus:
+        if isinstance(job.handle, _Found):
+            return self._found_status(job)
         handle: _Handle = job.handle
         if handle.final is not None:
             return handle.final
@@ -409,6 +429,14 @@ class SSHBackend(Backend):
 
     def wait(self, job: Job, timeout: float | None = None) -> JobStatus | None:
         deadline = None if timeout is None else time.monotonic() + timeout
+        if isinstance(job.handle, _Found):
+            while True:
+                status = self._found_status(job)
+                if status.state is not JobState.RUNNING:
+                    return status
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.2)
         while True:
             handle: _Handle = job.handle  # replaced when a start is retried elsewhere
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -422,12 +450,19 @@ class SSHBackend(Backend):
                 return None
 
     def logs(self, job: Job) -> str:
+        if isinstance(job.handle, _Found):
+            return ""  # its output goes to the process that started it
         handle: _Handle = job.handle
         with handle.lock:
             return bytes(handle.output).decode("utf-8", "replace")
 
     # -- ending -------------------------------------------------------------------
     def terminate(self, job: Job, force: bool = False) -> None:
+        if isinstance(job.handle, _Found):
+            found: _Found = job.handle
+            found.cancelled = True
+            found.host.conn.run(remote.kill_command(found.pid, force), timeout=15)
+            return
         handle: _Handle = job.handle
         with self._lock:
             if handle.final is not None:
@@ -458,6 +493,8 @@ class SSHBackend(Backend):
             logger.debug("cannot signal pid %s: %s", handle.pid, exc)
 
     def release(self, job: Job) -> None:
+        if isinstance(job.handle, _Found):
+            return
         handle: _Handle = job.handle
         if not handle.done.is_set():
             return
@@ -467,9 +504,65 @@ class SSHBackend(Backend):
             handle.output = bytearray()
 
     def list_jobs(self, labels: Mapping[str, str]) -> list[Job]:
+        """This instance's jobs with ``labels``, and those that other processes of this
+        user started, found on the hosts (all searched at once)."""
         with self._lock:
             jobs = list(self._jobs.values())
+        known = {job.id for job in jobs}
+        self._ensure_hosts()
+        hosts = [host for host in self._hosts if host.usable]
+        found: list[list[Job]] = [[] for _ in hosts]
+        errors: list[BaseException] = []
+
+        def search(i: int, host: HostSlots) -> None:
+            try:
+                found[i] = self._found_on(host, known)
+            except (ClusterUnreachableError, ValueError) as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=search, args=(i, host), daemon=True)
+                   for i, host in enumerate(hosts)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors and not any(found):
+            raise ClusterUnreachableError(f"cannot list the jobs on the SSH hosts: "
+                                          f"{errors[0]}")
+        for error in errors:
+            logger.warning("some SSH hosts were not searched for jobs: %s", error)
+        jobs += [job for jobs_of_host in found for job in jobs_of_host]
         return [j for j in jobs if all(j.spec.labels.get(k) == v for k, v in labels.items())]
+
+    def _found_on(self, host: HostSlots, known: set[str]) -> list[Job]:
+        """The jobs of other processes on ``host`` (``known``: this instance's ids)."""
+        _, out = host.conn.run(remote.LIST_SCRIPT, timeout=60)
+        jobs = []
+        for pid, env in remote.parse_listing(out):
+            job_id = env[remote.JOB_VAR]
+            if job_id in known:
+                continue
+            try:
+                labels = json.loads(env.get(remote.LABELS_VAR, "{}"))
+            except ValueError:
+                labels = {}
+            spec = JobSpec(command=[], name=env.get(remote.NAME_VAR, "fiber-job"),
+                           labels={str(k): str(v) for k, v in labels.items()})
+            job = Job(id=job_id, backend=self.name, spec=spec, handle=_Found(host, pid))
+            job.host = host.conn.spec.name
+            jobs.append(job)
+        return jobs
+
+    def _found_status(self, job: Job) -> JobStatus:
+        found: _Found = job.handle
+        if found.final is not None:
+            return found.final
+        _, out = found.host.conn.run(remote.alive_command(found.pid, job.id), timeout=15)
+        if "alive" in out.split():
+            return JobStatus(JobState.RUNNING)
+        found.final = (JobStatus(JobState.CANCELLED, None, "Killed") if found.cancelled
+                       else JobStatus(JobState.LOST, None, "EndedExitStatusUnknown"))
+        return found.final
 
     def close(self) -> None:
         with self._lock:

@@ -91,6 +91,55 @@ def env_script(env: Mapping[str, str], end: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+#: variables the backend adds to every job's environment, so that any process of the
+#: same user can find the job on its host (:data:`LIST_SCRIPT`): its id, name and labels
+JOB_VAR, NAME_VAR, LABELS_VAR = "_FIBER_SSH_JOB", "_FIBER_SSH_NAME", "_FIBER_SSH_LABELS"
+JOB_MARK = "FIBER-SSH-JOB "
+LIST_END = "FIBER-SSH-LIST-END"
+
+#: Lists the jobs of this user on the host: processes whose environment this user can
+#: read and holds JOB_VAR, that lead their session (the wrapper's exec'd program; not
+#: the processes it forked) and share the listing shell's network namespace (hosts that
+#: are namespaces of one machine see each other's processes). For each: a JOB_MARK line
+#: with its pid, then its JOB_VAR, NAME_VAR and LABELS_VAR lines.
+LIST_SCRIPT = r"""
+me=$(readlink /proc/self/ns/net 2>/dev/null)
+for d in /proc/[0-9]*; do
+  [ -r "$d/environ" ] || continue
+  grep -qa '_FIBER_SSH_JOB=' "$d/environ" 2>/dev/null || continue
+  p=${d#/proc/}
+  [ "$(readlink "$d/ns/net" 2>/dev/null)" = "$me" ] || continue
+  [ "$(sed 's/.*) //' "$d/stat" 2>/dev/null | cut -d' ' -f4)" = "$p" ] || continue
+  e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -E '^_FIBER_SSH_(JOB|NAME|LABELS)=') || continue
+  echo "FIBER-SSH-JOB $p"
+  echo "$e"
+done
+echo FIBER-SSH-LIST-END
+""".strip()
+
+
+def parse_listing(text: str) -> list[tuple[int, dict[str, str]]]:
+    """``[(pid, {variable: value}), ...]`` from :data:`LIST_SCRIPT`'s output (what a
+    login shell printed around it is ignored); raises ``ValueError`` if it did not end."""
+    if LIST_END not in text:
+        raise ValueError("the job listing did not finish")
+    found: list[tuple[int, dict[str, str]]] = []
+    for line in text.splitlines():
+        if line.startswith(JOB_MARK):
+            found.append((int(line[len(JOB_MARK):]), {}))
+        elif found and "=" in line:
+            name, _, value = line.partition("=")
+            if name in (JOB_VAR, NAME_VAR, LABELS_VAR):
+                found[-1][1][name] = value
+    return [(pid, env) for pid, env in found if JOB_VAR in env]
+
+
+def alive_command(pid: int, job_id: str) -> str:
+    """Prints ``alive`` while process ``pid`` is still job ``job_id``."""
+    return (f"grep -qa {shlex.quote(JOB_VAR + '=' + job_id)} /proc/{pid}/environ "
+            "2>/dev/null && echo alive; true")
+
+
 def kill_command(pid: int, force: bool) -> str:
     """Signal the job's process group (and the pid itself, should it have left it)."""
     sig = "KILL" if force else "TERM"
