@@ -85,3 +85,4 @@ def test_pool_survives_a_raising_callback(caplog):
         assert [r.get(30) for r in results] == list(range(6))
         assert pool.map(abs, range(-20, 0), chunksize=1) == list(range(20, 0, -1))
     assert "a callback of pool task" in caplog.text and "callback bug" in caplog.text
+
