@@ -54,6 +54,15 @@ def freeze() -> None:
         os.kill(pid, signal.SIGSTOP)
 
 
+def restart(down_seconds: float = 5.0) -> None:
+    """Restart dockerd (its running containers stop with it) with ``down_seconds`` of
+    no daemon in between (scripts/engines/docker/engine.py: restart); only in the
+    process that started the engine."""
+    if _state is None:
+        raise RuntimeError("the docker engine was not started by this process")
+    _engine().restart(_state, down_seconds)
+
+
 def thaw() -> None:
     """SIGCONT the cluster manager (harmless when it runs)."""
     for pid in manager_pids():

@@ -144,16 +144,7 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     if data_root is None:
         data_root = run_dir / "data"
     log = run_dir / "dockerd.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
-             "--data-root", str(data_root), "--exec-root", str(run_dir / "x"),
-             "--host", f"unix://{socket}", "--pidfile", str(run_dir / "docker.pid")],
-            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-            env={**os.environ, "PATH": SYSTEM_PATH}, start_new_session=True, pass_fds=() if lock_fd is None else (lock_fd,),
-        )
-    if lock_fd is not None:
-        os.close(lock_fd)  # dockerd holds the lock from now on
+    proc = _launch(dockerd, run_dir, data_root, lock_fd)
     state = {"pid": proc.pid, "run_dir": str(run_dir), "socket": socket,
              "data_root": str(data_root), "temp_data_root": temp_root, "owner": os.getpid()}
     (run_dir / STATE_FILE).write_text(json.dumps(state))
@@ -177,6 +168,49 @@ def start(python: str = sys.executable) -> tuple[dict[str, str], dict]:
     settings = {"FIBER_IMAGE": tag, "FIBER_DOCKER_HOST": f"unix://{socket}",
                 "FIBER_DOCKER_VOLUMES": ",".join(volumes)}
     return settings, state
+
+
+def _launch(dockerd: str, run_dir: Path, data_root: Path, lock_fd: int | None,
+            ) -> subprocess.Popen:
+    """Start the engine's dockerd (its output appended to ``dockerd.log``); it inherits
+    the data-root's lock, if any, and holds it from then on."""
+    socket = run_dir / "docker.sock"
+    with open(run_dir / "dockerd.log", "ab") as out:
+        proc = subprocess.Popen(
+            [dockerd, "--bridge=none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+             "--data-root", str(data_root), "--exec-root", str(run_dir / "x"),
+             "--host", f"unix://{socket}", "--pidfile", str(run_dir / "docker.pid")],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+            env={**os.environ, "PATH": SYSTEM_PATH}, start_new_session=True,
+            pass_fds=() if lock_fd is None else (lock_fd,),
+        )
+    if lock_fd is not None:
+        os.close(lock_fd)  # dockerd holds the lock from now on
+    return proc
+
+
+def restart(state: dict, down_seconds: float = 5.0) -> None:
+    """Restart the engine's dockerd as an administrator's ``systemctl restart docker``
+    would, for the fault tests: SIGTERM (it stops its running containers, as a daemon
+    without live-restore does), ``down_seconds`` with no daemon (its socket refuses
+    connections), then the same dockerd again on the same data-root, whose containers
+    it still lists (exited). ``state`` gets the new pid and process."""
+    run_dir = Path(state["run_dir"])
+    _end(state["pid"], str(run_dir), state.get("proc"), 60)
+    for pid in _pids_mentioning(str(run_dir)):  # its containerd, if it outlived it
+        _end(pid, str(run_dir), None, 10)
+    time.sleep(down_seconds)
+    if state.get("temp_data_root"):
+        lock_fd = None
+    else:
+        lock_fd, locked = _lock_data_root(cache_dir())
+        if locked is None:
+            raise RuntimeError("the cached data-root was taken while dockerd restarted")
+    proc = _launch(ensure_installed(), run_dir, Path(state["data_root"]), lock_fd)
+    state["pid"], state["proc"] = proc.pid, proc
+    saved = {k: v for k, v in state.items() if k != "proc"}
+    (run_dir / STATE_FILE).write_text(json.dumps(saved))
+    _wait_ready(proc, str(run_dir / "docker.sock"), run_dir / "dockerd.log")
 
 
 def stop_abandoned() -> None:
