@@ -9,6 +9,7 @@ that the shipped suite's tests see it too."""
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -25,6 +26,9 @@ def _engine_module(name: str) -> ModuleType | None:
     spec = importlib.util.spec_from_file_location(f"fiber_test_engine_{name}", path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    # known by that name, so the tests that act on the engine (a restart) find the
+    # instance that started it and holds its state
+    sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
 

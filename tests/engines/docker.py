@@ -58,9 +58,12 @@ def restart(down_seconds: float = 5.0) -> None:
     """Restart dockerd (its running containers stop with it) with ``down_seconds`` of
     no daemon in between (scripts/engines/docker/engine.py: restart); only in the
     process that started the engine."""
-    if _state is None:
+    # the instance that started the engine (conftest.py loads this file under that name)
+    started = sys.modules.get("fiber_test_engine_docker")
+    state = _state if _state is not None else getattr(started, "_state", None)
+    if state is None:
         raise RuntimeError("the docker engine was not started by this process")
-    _engine().restart(_state, down_seconds)
+    _engine().restart(state, down_seconds)
 
 
 def thaw() -> None:
