@@ -7,7 +7,8 @@ host pid, read from ``docker inspect`` before the outage): a worker killed durin
 outage must be replaced by a container that the frozen daemon cannot create until it
 is thawed (SIGCONT). Every result arrives exactly once, executions are counted (each
 finished task puts its number on a fiber Queue of the test), and no container of the
-run is left afterwards.
+run is left afterwards. A second test restarts dockerd in the middle of a map (every
+worker container stops with it, and its socket refuses connections for 5 s).
 """
 
 from __future__ import annotations
