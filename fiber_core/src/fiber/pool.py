@@ -425,8 +425,8 @@ class Pool:
         limit = feeder.window(self._scheduler.target, chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
-            # anything): submitted at once, as map's, without a thread
-            items = list(iterable)
+            # anything): submitted at once, as map's, without a thread or a copy
+            items: Sequence[Any] = iterable  # type: ignore[assignment]
             counted = progress.watch(result, len(items), self._scheduler) \
                 if self._progress else result
             with self._lock:
