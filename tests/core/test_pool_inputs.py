@@ -28,3 +28,19 @@ def test_map_over_every_kind_of_input_and_chunksize():
         result = pool.map_async(_square, data, 10)
         data[:] = [0] * 100
         assert result.get(30) == [x * x for x in range(100)]
+
+
+def test_imap_over_long_sequences_read_by_slices():
+    """A list, tuple or range longer than the imap's window goes through the feeder,
+    which reads it by slices: every result, in order (imap) or all of them
+    (imap_unordered), at several chunk sizes."""
+    from fiber.runtime.pool import feeder
+
+    with fiber.Pool(2) as pool:
+        for chunksize in (1, 1000):
+            n = feeder.window(2, chunksize) * chunksize + 12_345  # past the window
+            for items in (range(n), list(range(n)), tuple(range(n))):
+                assert list(pool.imap(_square, items, chunksize)) == [
+                    x * x for x in range(n)], (type(items), chunksize)
+            got = sorted(pool.imap_unordered(_square, range(n), chunksize))
+            assert got == [x * x for x in range(n)]

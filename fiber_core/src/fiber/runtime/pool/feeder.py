@@ -33,7 +33,7 @@ import logging
 import pickle
 import threading
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from fiber.runtime.pool.results import IMapIterator
@@ -185,6 +185,9 @@ class Feeder:
         return items, False, None
 
     def _run(self) -> None:
+        if type(self._iterable) in (list, tuple, range):
+            self._run_sequence()
+            return
         error: BaseException | None = None
         ended = False
         try:
@@ -225,7 +228,42 @@ class Feeder:
         finally:
             self._on_end(self)
 
-    def _submit(self, items: list[Any]) -> BaseException | None:
+    def _run_sequence(self) -> None:
+        """:meth:`_run` for a list, tuple or range: read by slices (reading them cannot
+        fail or block; a range's chunks stay ranges, three numbers each)."""
+        seq: Sequence[Any] = self._iterable  # type: ignore[assignment]
+        self._iterable = None
+        error: BaseException | None = None
+        try:
+            if len(seq):
+                self._item_bytes = pickled_size(seq[0])
+            while self._position < len(seq):
+                chunks = self._room()
+                if chunks is None:
+                    if self._scheduler.state == TERMINATE:
+                        error = ValueError("the pool was terminated while this imap's "
+                                           "input was being read")
+                    break
+                error = self._submit(seq[self._position:
+                                         self._position + chunks * self._chunksize])
+                if error is not None:
+                    break
+            sink = self._sink()
+            if sink is not None:
+                if error is not None:
+                    sink._fail_at(self._position, error)
+                elif self._position >= len(seq):
+                    sink._set_length(self._position)
+        except BaseException:  # a bug of ours: the caller must not wait forever
+            logger.exception("the feeder of an imap failed")
+            sink = self._sink()
+            if sink is not None:
+                sink._fail_at(self._position, RuntimeError(
+                    "the feeder of this imap failed (see the log)"))
+        finally:
+            self._on_end(self)
+
+    def _submit(self, items: Sequence[Any]) -> BaseException | None:
         size = self._chunksize
         count = len(items)
         # counted before the outcomes can arrive (they may, before submit returns)
