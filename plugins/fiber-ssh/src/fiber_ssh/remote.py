@@ -98,19 +98,21 @@ JOB_MARK = "FIBER-SSH-JOB "
 LIST_END = "FIBER-SSH-LIST-END"
 
 #: Lists the jobs of this user on the host: processes whose environment this user can
-#: read and holds JOB_VAR, that lead their session (the wrapper's exec'd program; not
-#: the processes it forked) and share the listing shell's network namespace (hosts that
-#: are namespaces of one machine see each other's processes). For each: a JOB_MARK line
-#: with its pid, then its JOB_VAR, NAME_VAR and LABELS_VAR lines.
+#: read and holds JOB_VAR (one grep over every readable environment), that share the
+#: listing shell's network namespace (hosts that are namespaces of one machine see each
+#: other's processes) and lead their session (the wrapper's exec'd program; not the
+#: processes it forked), checked with shell builtins. For each: a JOB_MARK line with its
+#: pid, then its JOB_VAR, NAME_VAR and LABELS_VAR lines.
 LIST_SCRIPT = r"""
-me=$(readlink /proc/self/ns/net 2>/dev/null)
-for d in /proc/[0-9]*; do
-  [ -r "$d/environ" ] || continue
-  grep -qa '_FIBER_SSH_JOB=' "$d/environ" 2>/dev/null || continue
+for f in $(grep -las '_FIBER_SSH_JOB=' /proc/[0-9]*/environ); do
+  d=${f%/environ}
   p=${d#/proc/}
-  [ "$(readlink "$d/ns/net" 2>/dev/null)" = "$me" ] || continue
-  [ "$(sed 's/.*) //' "$d/stat" 2>/dev/null | cut -d' ' -f4)" = "$p" ] || continue
-  e=$(tr '\0' '\n' < "$d/environ" 2>/dev/null | grep -E '^_FIBER_SSH_(JOB|NAME|LABELS)=') || continue
+  [ "$d/ns/net" -ef /proc/self/ns/net ] || continue
+  read -r st < "$d/stat" 2>/dev/null || continue
+  st=${st##*) }
+  set -- $st
+  [ "$4" = "$p" ] || continue
+  e=$(tr '\0' '\n' < "$f" 2>/dev/null | grep -E '^_FIBER_SSH_(JOB|NAME|LABELS)=') || continue
   echo "FIBER-SSH-JOB $p"
   echo "$e"
 done
