@@ -171,3 +171,21 @@ def test_no_key_at_all(make_backend, ssh_hosts, tmp_path, monkeypatch):
 def test_missing_hosts_file(make_backend, tmp_path):
     with pytest.raises(ClusterUnreachableError, match="cannot read the SSH hosts file"):
         make_backend(ssh_hosts=None, ssh_hosts_file=str(tmp_path / "none"))
+
+
+def test_a_job_whose_wrapper_never_starts_is_ended_by_a_forced_terminate(
+        make_backend, monkeypatch):
+    """A wrapper that never reports a pid (here its environment never ends: the
+    backend's env script is replaced, the one faked part; the host, sshd and wrapper
+    are real) stays PENDING; terminate(force=True) closes its channel, so it ends
+    instead of staying on the host for ever (make_backend checks the hosts after)."""
+    from fiber_ssh import remote
+
+    monkeypatch.setattr(remote, "env_script", lambda env, end="": "export A=1\n")
+    backend = make_backend(ssh_start_timeout=1)
+    job = backend.create_job(JobSpec(command=["true"], labels=LABELS))
+    assert backend.status(job).state is JobState.PENDING
+    backend.terminate(job, force=True)
+    final = backend.wait(job, 30)
+    assert final is not None and final.is_final, final
+    backend.release(job)

@@ -475,6 +475,13 @@ class SSHBackend(Backend):
         # a job still starting is killed by its reader as soon as its pid is known
         if handle.pid is not None:
             self._kill(handle, force)
+        elif force and handle.channel is not None:
+            # its wrapper has not reported a pid (it may still wait for its
+            # environment): closing the channel ends it, at the end of its stdin
+            try:
+                handle.channel.close()
+            except (OSError, EOFError, paramiko.SSHException) as exc:
+                logger.debug("cannot close the channel of %s: %s", job.id, exc)
 
     def _kill(self, handle: _Handle, force: bool) -> None:
         """Signal the job's process group: through the wrapper's relay on the job's
