@@ -185,7 +185,8 @@ def shm_names() -> set[str]:
         return set()
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             return f.read().rpartition(b")")[2][1:2] not in (b"Z", b"X")
@@ -205,7 +206,7 @@ def dead_segments(before: set[str], timeout: float = 10.0) -> list[str]:
             if match is None:
                 continue
             pids = [int(p) for p in match.groups() if p]
-            if not any(_alive(pid) for pid in pids):
+            if not any(alive(pid) for pid in pids):
                 left.append(name)
         if not left or time.monotonic() >= deadline:
             return left

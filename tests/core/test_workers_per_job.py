@@ -12,6 +12,7 @@ import os
 import signal
 import time
 
+import fault_map
 import pytest
 
 import fiber
@@ -22,24 +23,6 @@ def where(i: int) -> tuple[int, int]:
     """(worker pid, its parent's pid: the job's process) after 20 ms."""
     time.sleep(0.02)
     return os.getpid(), os.getppid()
-
-
-def record(path: str, i: int) -> int:
-    time.sleep(0.01)
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    try:
-        os.write(fd, f"{i}\n".encode())
-    finally:
-        os.close(fd)
-    return i * i
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rpartition(b")")[2][1:2] not in (b"Z", b"X")
-    except OSError:
-        return False
 
 
 def _jobs(pool: fiber.Pool) -> dict[int, list[int]]:
@@ -74,21 +57,21 @@ def test_a_killed_job_loses_its_workers_and_they_are_replaced(tmp_path):
         victim = next(iter(jobs))
         members = [pid for pid, ppid in pool.map(where, range(64), chunksize=1)
                    if ppid == victim]
-        result = pool.map_async(functools.partial(record, str(log)), range(n), chunksize=1)
+        result = pool.map_async(functools.partial(fault_map.record, str(log)), range(n), chunksize=1)
         time.sleep(0.5)
         os.kill(victim, signal.SIGKILL)
         assert result.get(120) == [i * i for i in range(n)]
         stats = pool.stats()
         # the job's four workers died with it (parent-death signal) and were replaced
         deadline = time.monotonic() + 10
-        while any(_alive(pid) for pid in members) and time.monotonic() < deadline:
+        while any(fault_map.alive(pid) for pid in members) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(_alive(pid) for pid in members)
+        assert not any(fault_map.alive(pid) for pid in members)
         assert stats.lost == 4, stats
         assert pool.map(abs, range(-16, 0)) == list(range(16, 0, -1))
         assert sum(len(ids) for ids in _jobs(pool).values()) == 8
         assert victim not in _jobs(pool)
-    runs = collections.Counter(int(line) for line in log.read_text().split())
+    runs = fault_map.executions_in(str(log))
     assert set(runs) == set(range(n))
     # each of the four workers re-runs at most its task in progress
     assert sum(c - 1 for c in runs.values()) <= 4
@@ -106,8 +89,8 @@ def test_a_worker_killed_alone_is_lost_alone():
         assert pool.map(abs, range(-40, 0)) == list(range(40, 0, -1))
         stats = pool.stats()
         assert stats.lost == 1
-        assert _alive(job)  # its siblings go on in their job
-        assert all(_alive(pid) for pid in members[1:])
+        assert fault_map.alive(job)  # its siblings go on in their job
+        assert all(fault_map.alive(pid) for pid in members[1:])
         # the replacement is a job of one worker
         assert sorted(len(ids) for ids in _jobs(pool).values()) == [1, 3]
 

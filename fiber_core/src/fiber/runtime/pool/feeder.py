@@ -185,34 +185,11 @@ class Feeder:
         return items, False, None
 
     def _run(self) -> None:
-        if type(self._iterable) in (list, tuple, range):
-            self._run_sequence()
-            return
-        error: BaseException | None = None
-        ended = False
         try:
-            try:
-                assert self._iterable is not None
-                it = iter(self._iterable)
-                for first in it:  # its size sets the window
-                    self._item_bytes = pickled_size(first)
-                    it = itertools.chain((first,), it)
-                    break
-            except Exception as exc:  # noqa: BLE001 - as multiprocessing: from next()
-                it, ended, error = iter(()), True, exc
-            self._iterable = None
-            while not ended:
-                chunks = self._room()
-                if chunks is None:
-                    if self._scheduler.state == TERMINATE:
-                        error = ValueError("the pool was terminated while this imap's "
-                                           "input was being read")
-                    break
-                items, ended, error = self._read(it, chunks)
-                if items:
-                    error = self._submit(items) or error
-                    if error is not None:
-                        ended = True
+            if type(self._iterable) in (list, tuple, range):
+                error, ended = self._feed_sequence()
+            else:
+                error, ended = self._feed_iterator()
             sink = self._sink()
             if sink is not None:
                 if error is not None:
@@ -228,40 +205,55 @@ class Feeder:
         finally:
             self._on_end(self)
 
-    def _run_sequence(self) -> None:
-        """:meth:`_run` for a list, tuple or range: read by slices (reading them cannot
-        fail or block; a range's chunks stay ranges, three numbers each)."""
+    def _stopped(self) -> BaseException | None:
+        """Why reading stops when :meth:`_room` says so (None: the iterator is gone)."""
+        if self._scheduler.state == TERMINATE:
+            return ValueError("the pool was terminated while this imap's input was "
+                              "being read")
+        return None
+
+    def _feed_iterator(self) -> tuple[BaseException | None, bool]:
+        """Read and submit the input through its iterator; returns (the error to
+        deliver at the position reached, whether the input ended)."""
+        error: BaseException | None = None
+        ended = False
+        try:
+            assert self._iterable is not None
+            it = iter(self._iterable)
+            for first in it:  # its size sets the window
+                self._item_bytes = pickled_size(first)
+                it = itertools.chain((first,), it)
+                break
+        except Exception as exc:  # noqa: BLE001 - as multiprocessing: from next()
+            it, ended, error = iter(()), True, exc
+        self._iterable = None
+        while not ended:
+            chunks = self._room()
+            if chunks is None:
+                return self._stopped(), False
+            items, ended, error = self._read(it, chunks)
+            if items:
+                error = self._submit(items) or error
+                if error is not None:
+                    ended = True
+        return error, ended
+
+    def _feed_sequence(self) -> tuple[BaseException | None, bool]:
+        """:meth:`_feed_iterator` for a list, tuple or range: read by slices (reading
+        them cannot fail or block; a range's chunks stay ranges, three numbers each)."""
         seq: Sequence[Any] = self._iterable  # type: ignore[assignment]
         self._iterable = None
-        error: BaseException | None = None
-        try:
-            if len(seq):
-                self._item_bytes = pickled_size(seq[0])
-            while self._position < len(seq):
-                chunks = self._room()
-                if chunks is None:
-                    if self._scheduler.state == TERMINATE:
-                        error = ValueError("the pool was terminated while this imap's "
-                                           "input was being read")
-                    break
-                error = self._submit(seq[self._position:
-                                         self._position + chunks * self._chunksize])
-                if error is not None:
-                    break
-            sink = self._sink()
-            if sink is not None:
-                if error is not None:
-                    sink._fail_at(self._position, error)
-                elif self._position >= len(seq):
-                    sink._set_length(self._position)
-        except BaseException:  # a bug of ours: the caller must not wait forever
-            logger.exception("the feeder of an imap failed")
-            sink = self._sink()
-            if sink is not None:
-                sink._fail_at(self._position, RuntimeError(
-                    "the feeder of this imap failed (see the log)"))
-        finally:
-            self._on_end(self)
+        if len(seq):
+            self._item_bytes = pickled_size(seq[0])
+        while self._position < len(seq):
+            chunks = self._room()
+            if chunks is None:
+                return self._stopped(), False
+            error = self._submit(seq[self._position:
+                                     self._position + chunks * self._chunksize])
+            if error is not None:
+                return error, True
+        return None, True
 
     def _submit(self, items: Sequence[Any]) -> BaseException | None:
         size = self._chunksize
