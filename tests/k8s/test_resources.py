@@ -52,7 +52,7 @@ def test_unknown_extra_is_refused_before_any_pod(k8s_engine, admin_api):
     before = pods()
     with pytest.raises(ConfigError, match=r"extra\['kubernetes'\]\['partition'\]"):
         fiber.Pool(2, resources={"extra": {"kubernetes": {"partition": "x"}}})
-    assert pods() == before
+    assert pods() - before == set()  # no pod made (earlier ones may leave meanwhile)
 
 
 def test_pool_runs_several_workers_per_pod(k8s_engine, admin_api):
