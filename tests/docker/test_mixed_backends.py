@@ -89,7 +89,9 @@ def test_docker_process_resources_reach_the_host_config(engine_client):
 
 def test_docker_refuses_a_walltime_before_any_container(engine_client, run_labels):
     def ids():
-        return {c.id for c in engine_client.containers.list(all=True)}
+        # the low-level listing: containers.list() inspects each container it lists,
+        # and one removed meanwhile raises NotFound
+        return {row["Id"] for row in engine_client.api.containers(all=True)}
 
     before = ids()
     with pytest.raises(ConfigError, match="docker backend cannot honour"):
