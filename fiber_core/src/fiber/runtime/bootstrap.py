@@ -1,10 +1,12 @@
 """The entry point of every job: ``python -m fiber.runtime.bootstrap``.
 
-It dials the parent's hub named in ``_FIBER_PARENT``, authenticates with the run's
-secret (``_FIBER_AUTHKEY`` in its environment, or in the secrets file its backend
-wrote, ``_FIBER_SECRETS_FILE``, which it reads first: :mod:`fiber.backend.secrets`),
-says hello on its control channel (``_FIBER_CHANNEL``) and receives the
-parent's preparation data (sys.path, main module, as multiprocessing's spawn sends
+It connects to the parent's hub by the hub's stream wire, named in ``_FIBER_PARENT``
+(the objects of the parent it receives name the hub by its nng address,
+``_FIBER_PARENT_HUB``, and reuse that connection: a job starts no nng unless it makes
+a hub of its own), authenticates with the run's secret (``_FIBER_AUTHKEY`` in its
+environment, or in the secrets file its backend wrote, ``_FIBER_SECRETS_FILE``, which
+it reads first: :mod:`fiber.backend.secrets`), says hello on its control channel
+(``_FIBER_CHANNEL``) and receives the parent's preparation data (sys.path, main module, as multiprocessing's spawn sends
 them) and the pickled Process object. It forwards its stdout and stderr to the
 parent, keeps a heartbeat with it (exiting when the parent is gone, so no job outlives
 its parent), runs the process and reports the exit code.
@@ -51,7 +53,7 @@ class _Forwarder(io.TextIOBase):
     """A text stream whose lines go to the parent's stdout or stderr, in order, sent
     by a background thread in batches."""
 
-    def __init__(self, client: transport.Client, channel: int, stream: bytes,
+    def __init__(self, client: transport.StreamClient, channel: int, stream: bytes,
                  original) -> None:
         self._ctx = client.context()
         self._channel = channel
@@ -132,7 +134,7 @@ class _Forwarder(io.TextIOBase):
                 self._cond.notify_all()
 
 
-def _heartbeat(client: transport.Client, channel: int, interval: float, timeout: float) -> None:
+def _heartbeat(client: transport.StreamClient, channel: int, interval: float, timeout: float) -> None:
     ctx = client.context()
     while True:
         try:
@@ -155,7 +157,7 @@ def _prepare(data: dict) -> None:
     multiprocessing.spawn.prepare(data)
 
 
-def _report_failure(client: transport.Client, channel: int, out: _Forwarder,
+def _report_failure(client: transport.StreamClient, channel: int, out: _Forwarder,
                     err: _Forwarder) -> int:
     """The job failed before running its process: send the traceback to the parent,
     which prints it (once, however many jobs fail alike: a pool's workers all do) and
@@ -179,10 +181,14 @@ def main() -> int:
         sys.stderr.write(f"fiber: this job cannot join its run: {exc}\n")
         return 1
     address = os.environ.pop("_FIBER_PARENT")
+    hub_address = os.environ.pop("_FIBER_PARENT_HUB", None)
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
     cfg = config.get_config()  # a bad setting fails here, before the parent counts on us
-    client = transport.Client(address, on_lost=lambda: _parent_gone("connection closed"))
+    client = transport.StreamClient(address,
+                                    on_lost=lambda: _parent_gone("connection closed"))
     transport.register_client(client)  # objects of the parent reuse this connection
+    if hub_address:  # (they name the parent's hub by its nng address)
+        transport.reach_by_stream(hub_address, address)
     try:
         reply = client.request(channel, Control.HELLO
                                + protocol.hello(os.getpid(), socket.gethostname()))

@@ -234,7 +234,8 @@ class JobPopen:
         self.output = LineWriter(f"[{self.process_name}] " if cfg.output_prefix else "",
                                  self.hub.call_later)
         self.channel = ControlChannel(self)
-        self.cid = self.hub.add_channel(self.channel)
+        # stream: the job reaches this process by one stream connection (no nng in a job)
+        self.cid = self.hub.add_channel(self.channel, stream=True)
         try:
             spec = self._job_spec(cfg, process_obj, resources)
             self.job: Job = retry.call(self.backend.name, "create a job",
@@ -259,7 +260,8 @@ class JobPopen:
         env = cfg.child_env()
         env.update({
             "FIBER_BACKEND": cfg.backend,
-            "_FIBER_PARENT": self.hub.address,
+            "_FIBER_PARENT": self.hub.stream_address,
+            "_FIBER_PARENT_HUB": self.hub.address,
             "_FIBER_CHANNEL": str(self.cid),
             "_FIBER_RUN": run.run_id(),
             "PYTHONUNBUFFERED": "1",
@@ -372,7 +374,7 @@ class JobPopen:
                     hint = ", ended from outside"
                 else:
                     hint = (" (is fiber-core installed for the job's Python, and can the "
-                            f"job reach {self.hub.address}?)")
+                            f"job reach {self.hub.stream_address}?)")
                 self.start_error = ProcessStartError(
                     f"{self.process_name}: its {self.backend.name} job {self.job.id} ended "
                     f"{status.state.value}{reason} with exit code {status.exitcode} before it "

@@ -37,8 +37,9 @@ from fiber.wire.protocol import ERROR, STREAM_SCHEME
 from fiber.wire.stream.client import StreamClient
 
 __all__ = [
-    "ERROR", "Channel", "Client", "ClientContext", "Hub", "Request", "get_client",
-    "forked", "get_hub", "local_hub", "register_client", "shutdown",
+    "ERROR", "Channel", "Client", "ClientContext", "Hub", "Request", "StreamClient",
+    "forked", "get_client", "get_hub", "local_hub", "reach_by_stream", "register_client",
+    "shutdown",
 ]
 
 _hubs: dict[str, Hub] = {}
@@ -119,11 +120,20 @@ def get_hub(host: str) -> Hub:
     return hub
 
 
+def reach_by_stream(address: str, stream_address: str) -> None:
+    """Connections to the hub at ``address`` go to its stream wire at ``stream_address``
+    from now on (a job reaches its parent's hub by one stream connection, and never
+    starts nng, whose dozen threads would be most of a small job's start)."""
+    _stream_of[address] = stream_address
+
+
 def get_client(address: str) -> Client | StreamClient:
     """A shared client connection to ``address`` (created on first use): an nng
     :class:`Client`, or a :class:`~fiber.wire.stream.client.StreamClient` for a
-    ``stream://`` address."""
+    ``stream://`` address or a hub reached by its stream wire (:func:`reach_by_stream`,
+    and in a forked child its parent's hubs)."""
     global _nng_used
+    address = _stream_of.get(address, address)
     with _registry_lock:
         client = _clients.get(address)
         if client is not None and not client.lost:
@@ -131,12 +141,9 @@ def get_client(address: str) -> Client | StreamClient:
     if address.startswith(STREAM_SCHEME):
         client = StreamClient(address)
     elif _forked:
-        stream = _stream_of.get(address)
-        if stream is None:
-            raise ForkedProcessError(FORKED_MESSAGE.format(
-                what=f"it cannot connect to the fiber process at {address}, which is "
-                     "not its parent"))
-        client = StreamClient(stream)
+        raise ForkedProcessError(FORKED_MESSAGE.format(
+            what=f"it cannot connect to the fiber process at {address}, which is "
+                 "not its parent"))
     else:
         _nng_used = True
         client = Client(address)

@@ -71,14 +71,15 @@ class PoolChannel:
                 if op != _PARTIAL:
                     request.reply(_STOP)
             elif op == _PARTIAL:
-                done = scheduler.partial(w, line, serialization.loads(payload[_HEADER_END:]))
-                w.since = now = _monotonic()  # its next task begins (observe.py)
-                scheduler.meter.tick(now, scheduler.done + scheduler.failed)
+                items = serialization.loads(payload[_HEADER_END:])
+                scheduler.timed(w, _monotonic(), len(items))  # its next task begins
+                done = scheduler.partial(w, line, items)
+                scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
             elif op == _RESULTS:
-                w.since = now = _monotonic()
-                done = scheduler.results(w, line, request,
-                                         serialization.loads(payload[_HEADER_END:]))
-                scheduler.meter.tick(now, scheduler.done + scheduler.failed)
+                items = serialization.loads(payload[_HEADER_END:])
+                scheduler.timed(w, _monotonic(), len(items))
+                done = scheduler.results(w, line, request, items)
+                scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
             elif op == _READY:
                 scheduler.ready(w, line, request)
             elif op == _GIVE:

@@ -78,6 +78,8 @@ STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 IDLE_LIST, SPARE = "idle", "spare"  # the lists of workers with a parked line
 MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
 BATCH_ITEMS = 2048  # items of small chunks a batch takes, at most (a chunk this big goes alone)
+#: tasks that take longer (seconds, the pool's recent average) are sent one per batch
+LONG_TASK = 0.005
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -256,6 +258,9 @@ class Scheduler:
         self.replaced = 0  # workers started in place of lost ones
         self._unreplaced = 0
         self.errors = observe.errors_deque()  # the last failures (channel.py records them)
+        # seconds a task (a call, or a chunk of a map) has taken lately: None until
+        # measured (:meth:`timed`); long tasks are not batched
+        self.task_seconds: float | None = None
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
 
     # -- submitting -----------------------------------------------------------------
@@ -323,6 +328,16 @@ class Scheduler:
             self.notify()
 
     # -- what workers send (called by the channel) ----------------------------------
+    def timed(self, w: Worker, now: float, count: int) -> None:
+        """``count`` results of ``w`` came at ``now`` (monotonic): its tasks since the
+        last took ``now - w.since``, which updates :attr:`task_seconds`; its next task
+        begins now (observe.py reads ``since``)."""
+        if count and w.since:
+            sample = (now - w.since) / count
+            seen = self.task_seconds
+            self.task_seconds = sample if seen is None else seen + (sample - seen) * 0.25
+        w.since = now
+
     def ready(self, w: Worker, line: int, request: Line) -> None:
         """A worker opened ``line``; its first one means it is up."""
         if not w.connected:
@@ -476,7 +491,11 @@ class Scheduler:
         alive = max(1, self.target, self.connected)
         first = queue.popleft()
         batch = [first]
-        if not first.alone and first.count < BATCH_ITEMS:  # big chunks go alone
+        seconds = self.task_seconds
+        # big chunks, and tasks long enough that batching saves nothing, go alone (one
+        # task per batch keeps a map's tail even: every worker holds at most one ahead)
+        if not first.alone and first.count < BATCH_ITEMS \
+                and (seconds is None or seconds < LONG_TASK):
             size = min(MAX_BATCH, len(queue) // (2 * alive))
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)

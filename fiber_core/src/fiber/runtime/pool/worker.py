@@ -35,6 +35,7 @@ import os
 import pickle
 import signal
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +57,10 @@ CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
 # a batch's flags (True is a suspect batch, False a plain one)
 SUSPECT, OPEN_GIVE = BatchFlag.SUSPECT, BatchFlag.OPEN_GIVE
 
+
+_clock = time.perf_counter
+#: a task that ran longer (seconds) has its result sent by the main thread itself
+DIRECT_AFTER = 0.0005
 
 # [(task_id, func_id, func_bytes or None when the worker has it, kind, payload), ...]
 Batch = Sequence[tuple[int, int, bytes | None, int, Any]]
@@ -84,6 +89,7 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
         if giver is not None and not giver.begin(task_id):
             continue  # given back: another worker runs it
         func = funcs[func_id]
+        began = _clock()
         try:
             if kind == CALL:
                 args, kwds = payload
@@ -97,6 +103,8 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
             result = (task_id, False, serialization.pack_exception(exc))
         if early is None or index == last:
             results.append(result)
+        elif early.idle and not early.pending and _clock() - began > DIRECT_AFTER:
+            early.send_now(result)  # a long task: no hand-off to the thread
         else:
             early.pending.append(result)  # inline add(): a task costs a microsecond
             if early.idle:
@@ -158,6 +166,26 @@ class ResultSender:
         if self.idle:
             self.wake()
 
+    def send_now(self, result: tuple[int, bool, Any]) -> None:
+        """Send one result from the main thread, the thread being idle with nothing
+        pending (after a long task: a hand-off would cost more than the send)."""
+        with self._lock:
+            self._send([result])
+
+    def _send(self, results: list[tuple[int, bool, Any]]) -> bool:
+        """Write one PARTIAL message (holding the lock); False: the connection is lost."""
+        try:
+            self._ctx.send(self._cid, encode_results(self._worker_id, self.line, results,
+                                                     PARTIAL))
+        except ConnectionLostError as exc:
+            # the main thread finds out too, when it waits for its next batch
+            logger.debug("pool worker %d stops sending results: %s", self._worker_id, exc)
+            return False
+        # the next batch, if it came, leaves the kernel's queue (a kill then closes the
+        # connection in order: what was sent is not thrown away)
+        self._drain()
+        return True
+
     def wake(self) -> None:
         """Wake the thread to send what is pending (main thread)."""
         self.idle = False
@@ -195,17 +223,8 @@ class ResultSender:
                 results = []
                 while pending:
                     results.append(pending.popleft())
-                try:
-                    self._ctx.send(self._cid, encode_results(
-                        self._worker_id, self.line, results, PARTIAL))
-                except ConnectionLostError as exc:
-                    # the main thread finds out too, when it waits for its next batch
-                    logger.debug("pool worker %d stops sending results: %s",
-                                 self._worker_id, exc)
+                if not self._send(results):
                     return
-            # the next batch, if it came, leaves the kernel's queue (a kill then
-            # closes the connection in order: what was sent is not thrown away)
-            self._drain()
 
 
 class Giver:
