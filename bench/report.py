@@ -492,7 +492,7 @@ def _scale_targets(cfg: dict) -> list[tuple[int, str, str]]:
     out = [(256, "start", "256 workers all running within 2 s"),
            (1024, "start", "1,024 workers all running within 8 s")]
     for n in cfg.get("scale_sizes", []):
-        out.append((n, "used", f"a map of {n} long tasks runs on all {n} workers"))
+        out.append((n, "used", f"a map of {n:,} long tasks runs on all {n:,} workers"))
     if keys:
         out += [(1024, "cpu", f"parent CPU per task at 1,024 ({keys[0]} tasks) <= 1.5x "
                  "multiprocessing's"),
@@ -591,7 +591,52 @@ def _scale(data: dict) -> list[str]:
                        and data["summary"]["medians"].get(f"scale/{s}", {}).get(n)
                        for n in names for s in cfg["scale_sizes"])]
     out += ["", "![scale](results/scale.png)"]
+    if data["meta"].get("fiber_backend", "local") == "local":
+        out += _kept_scale()
     return out
+
+
+SCALE_RUNS = Path(__file__).resolve().parent / "results" / "scale"
+
+
+def _kept_scale(root: Path = SCALE_RUNS) -> list[str]:
+    """The scale rows of the runs kept under bench/results/scale (the full local run,
+    and the runs on the SSH and Slurm test engines), with their targets judged."""
+    rows, judged = [], []
+    for d in backend_runs(root):
+        cfg = d["meta"]["config"]
+        f = _fiber_name(d)
+        backend = d["meta"].get("fiber_backend", "local")
+        where = f"`{backend}`, {d['meta']['date']}, load {d['meta']['machine']['loadavg'][0]:.0f}"
+        keys = _scale_keys(cfg)
+        for size in cfg.get("scale_sizes", []):
+            b = f"scale/{size}"
+            m = d["summary"]["medians"].get(b, {}).get(f or "")
+            if not m:
+                continue
+            k = keys[0] if keys else ""
+            eff, base_eff = m.get(f"efficiency/{k}"), _get(d, b, BASELINE, f"efficiency/{k}")
+            cpu = m.get(f"cpu_ms_per_task/{k}")
+            used = m.get("workers_used")
+            rows.append([where, str(size), "-" if used is None else f"{used:.0f}",
+                         _fmt(m.get("start_seconds")),
+                         "-" if eff is None else f"{eff:.3f}" + (
+                             f" ({base_eff:.3f})" if base_eff else ""),
+                         _fmt(cpu) + _ratio(cpu, _get(d, b, BASELINE, f"cpu_ms_per_task/{k}")),
+                         _fmt(_get(d, "process_start", f, "median_ms"))])
+        judged += [[where, t, det, {True: "met", False: "**not met**", None: "-"}[met]]
+                   for t, det, met in scale_judged(d)]
+    if not rows:
+        return []
+    return ["", "Scale runs kept in `bench/results/scale/` (each folder's RESULTS.md has "
+            "its command; efficiency and parent CPU with the shortest tasks of that run; "
+            f"in parentheses local `{BASELINE}`'s efficiency in the same run; job start = "
+            "`Process.start()` to its exit being known):", "",
+            *_table(["run", "N", "used", "all started, s", "efficiency",
+                     "parent CPU ms/task", "job start, ms"], rows),
+            "", "Their targets (a backend's start times are shown, not judged: its jobs "
+            "start on its own schedule):", "",
+            *_table(["run", "target", "fiber", "met?"], judged)]
 
 
 BACKEND_RUNS = Path(__file__).resolve().parent / "results" / "backends"

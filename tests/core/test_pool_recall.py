@@ -241,49 +241,52 @@ def test_the_worker_gives_back_only_tasks_it_has_not_begun():
         client.ctx.never.set()
 
 
-def test_the_give_line_is_open_only_while_workers_start_or_near_the_tail():
-    """A worker reading its give line costs a wake-up per message: the table asks for it
-    (a batch flagged OPEN_GIVE) while workers are starting or the queue is short, and
-    closes it (STOP) when a batch goes out with a long queue and no worker starting."""
+def test_the_give_line_is_asked_for_once_and_stays_open():
+    """A worker's first batch asks for its give line (flagged OPEN_GIVE), later ones do
+    not, and the line stays open through batches sent with a long queue and nobody
+    starting (the worker reads it on the job's connection: it costs nothing per batch),
+    so a worker the pool grows by later can take back what the others hold."""
     from fiber.wire.protocol import BatchFlag
 
     def flags(line: FakeLine):
         return serialization.loads(memoryview(line.answer)[1:])[0]
 
-    s = Scheduler(2, attempts_limit=3)
-    w1, w2 = s.new_workers(2)
+    s = Scheduler(1, attempts_limit=3)
+    (w1,) = s.new_workers(1)
     lines1 = {line: FakeLine(peer=1001) for line in (0, 1)}
     for line, request in lines1.items():
         s.ready(w1, line, request)
     sink = Sink()
     s.submit_chunks(square, list(range(100)), 1, TaskKind.MAP, sink)
-    assert flags(lines1[0]) == BatchFlag.OPEN_GIVE and w1.give_open  # w2 is starting
+    assert flags(lines1[0]) == BatchFlag.OPEN_GIVE and w1.give_open  # the first batch
     assert flags(lines1[1]) is False  # asked once
     give = FakeLine(peer=1001)
     s.given(w1, 0, give, [])  # the worker opened it
+    # every batch from now on goes out with a long queue and nobody starting
+    pending = dict(lines1)
+    batches = 0
+    while pending:
+        line, request = next(iter(pending.items()))
+        del pending[line]
+        new, done = results(s, w1, line, request)
+        deliver(sink, done)
+        assert give.answer is None and w1.give_open  # still open
+        if new.answer is not None and new.answer[:1] == PoolOp.TASKS:
+            assert flags(new) is False
+            batches += 1
+            pending[line] = new
+    assert batches > 2
+    assert sorted(sink.starts) == list(range(100)) and not s.unfinished()
+    # the pool grows: a late worker takes back from w1, whose line is still open
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)  # all 3 to w1
+    assert not s.queue
+    s.target = 2
+    (w2,) = s.new_workers(1)
     lines2 = {line: FakeLine(peer=1002) for line in (0, 1)}
     for line, request in lines2.items():
         s.ready(w2, line, request)
-    assert flags(lines2[0]) is False  # nobody starting, a long queue
-    again, done = results(s, w1, 0, lines1[0])
-    deliver(sink, done)
-    assert give.answer == PoolOp.STOP and not w1.give_open  # closed
-    # drain: the flag comes back once the queue is short (its tail is near)
-    pending = {(w1, 1): lines1[1], (w1, 0): again, (w2, 0): lines2[0], (w2, 1): lines2[1]}
-    reopened = None
-    while pending and reopened is None:
-        (w, line), request = next(iter(pending.items()))
-        del pending[(w, line)]
-        if request.answer is None:
-            continue
-        if flags(request) == BatchFlag.OPEN_GIVE:
-            reopened = w
-            break
-        queued = len(s.queue)
-        new, done = results(s, w, line, request)
-        deliver(sink, done)
-        pending[(w, line)] = new
-        if new.answer is not None and flags(new) == BatchFlag.OPEN_GIVE:
-            assert queued < 2 * 2 + len(new.batch())
-            reopened = w
-    assert reopened is not None and reopened.give_open
+    assert give.answer is not None and give.answer[:1] == PoolOp.RECALL
+    again = FakeLine(peer=1001)
+    s.given(w1, 0, again, [])  # it had begun them all meanwhile
+    # open again, and asked again at once (w2 is still idle, w1 still holds tasks)
+    assert again.answer is not None and again.answer[:1] == PoolOp.RECALL

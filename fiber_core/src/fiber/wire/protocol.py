@@ -116,7 +116,8 @@ class PoolOp:
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
     GIVE = b"G"  # + ids of tasks of this line's batch that the worker gives back (none
     #              when it opens); its give line (a fourth, opened when a batch has
-    #              BatchFlag.OPEN_GIVE, closed by STOP) waits for the next RECALL
+    #              BatchFlag.OPEN_GIVE, closed by STOP; it may go over another of the
+    #              worker's connections to the same hub) waits for the next RECALL
     STOP = b"S"  # reply: retire this line
     TASKS = b"T"  # reply: + a batch
     RECALL = b"C"  # reply to GIVE: + (line, batch number on that line, task ids): give

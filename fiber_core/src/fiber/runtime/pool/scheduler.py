@@ -46,9 +46,8 @@ Vocabulary:
 * **holder**: a worker holding tasks it has not started (a batch of several, or a batch
   taken in advance); listed in :attr:`Scheduler.holders` when it may hold some.
 * **recall** (work stealing): when a worker has nothing to do and the queue is empty,
-  the table asks a holder, on its *give line* (a standing ``GIVE`` request, open only
-  while workers start or the queue's tail is near: see :meth:`Scheduler.send_batch`), to give
-  back the later half of the tasks it has not started: those of its batch held in
+  the table asks a holder, on its *give line* (a standing ``GIVE`` request, asked for
+  with the worker's first batch: see :meth:`Scheduler.send_batch`), to give back the later half of the tasks it has not started: those of its batch held in
   advance, else its running batch's after the one in progress (:meth:`Scheduler.steal`).
   The worker gives back the ones it has not begun and skips them; its next ``GIVE``
   says which (:meth:`Scheduler.given`), and those return to the front of the queue, so
@@ -476,9 +475,9 @@ class Scheduler:
 
     def send_batch(self, w: Worker, line: int) -> bool:
         """Answer the worker's parked ``line`` with a batch from the queue; False when
-        there was nothing to send, or the worker has had its ``maxtasks``. The batch
-        asks the worker to open its give line while workers are starting or fewer than
-        two tasks per worker are queued; one sent otherwise closes it."""
+        there was nothing to send, or the worker has had its ``maxtasks``. A worker's
+        first batch asks it to open its give line, which stays open until the worker
+        is dismissed."""
         if self.maxtasks is not None and w.dispatched >= self.maxtasks:
             return False
         queue = self.queue
@@ -507,11 +506,10 @@ class Scheduler:
                     batch.append(task)
                     items += task.count
                     size -= 1
-        # the give line is wanted while workers may come up late or the queue's tail
-        # is near (a worker reading it costs a wake-up per message); else it is closed
-        want_give = self.starting > 0 or len(queue) < 2 * max(1, self.connected)
+        # the give line is asked for with the worker's first batch and stays open (the
+        # worker reads it on another connection: it costs no wake-up per batch)
         flags: int | bool = first.alone
-        if want_give and not w.give_open and not first.alone:
+        if not w.give_open and not first.alone:
             flags = BatchFlag.OPEN_GIVE
         wire = []
         for task in batch:
@@ -548,10 +546,6 @@ class Scheduler:
         self.outstanding += 1
         if flags == BatchFlag.OPEN_GIVE:
             w.give_open = True  # its GIVE comes
-        elif not want_give and w.give_open and w.giving is not None and not w.recalling:
-            giving, w.giving = w.giving, None
-            w.give_open = False
-            giving.reply(_STOP)  # closed until the tail of the queue
         if (len(batch) > 1 or len(w.held) > 1) and not first.alone:
             self.holders[w.id] = w  # it holds tasks it has not started
         return True

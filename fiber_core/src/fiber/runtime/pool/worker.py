@@ -18,9 +18,12 @@ so that only a real start counts as an attempt.
 The master may take back tasks it sent but the worker has not started (so that a worker
 that comes up late, or one that ran out of work at a map's tail, gets them): a fourth
 line, the *give line*, is open for that (``GIVE``, served by the worker's
-:class:`Giver` thread) while the master wants it: a batch flagged ``OPEN_GIVE`` opens it,
-a ``STOP`` answer closes it (a thread reading the connection costs a wake-up per message,
-which a thousand workers on two cores feel, so it reads only while recalls may come).
+:class:`Giver` thread) while the master wants it: a batch flagged ``OPEN_GIVE`` (the
+worker's first) opens it, a ``STOP`` answer closes it. It goes over the job's own
+connection to the parent, not the worker's: a thread waiting on the worker's
+connection would be the one to read every batch and hand it over, a wake-up per message
+that a thousand workers on two cores feel; on the job's connection, whose heartbeat
+thread reads it anyway, the Giver thread wakes only for a recall.
 A ``RECALL`` answer names a line, the number of the batch on that line, and task ids;
 the worker gives back those it has not started (it will skip them) and says which in
 its next ``GIVE``, so a task is run by one worker only.
@@ -321,7 +324,9 @@ def worker(address: str, cid: int, worker_id: int,
            initargs: Sequence[Any] = ()) -> None:
     if initializer is not None:
         serialization.rebind_main(initializer)(*initargs)
-    client = transport.get_client(address)
+    # a connection of its own, not the job's (whose heartbeat thread is nearly always
+    # the one reading it, so every batch would reach this thread through that one)
+    client = transport.StreamClient(address)
     funcs: dict[int, object] = {}
     confirm = client.context()
     sender: ResultSender | None = None
@@ -330,7 +335,9 @@ def worker(address: str, cid: int, worker_id: int,
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
         lines.append((line, ctx))
-    giver = Giver(client, cid, worker_id)
+    # the give line on the job's own connection (the parent's, shared, whose heartbeat
+    # thread reads it): a batch for this worker never wakes the Giver thread
+    giver = Giver(transport.get_client(address), cid, worker_id)
     try:
         while lines:
             line, ctx = lines.popleft()
@@ -364,7 +371,7 @@ def worker(address: str, cid: int, worker_id: int,
     finally:
         if sender is not None:
             sender.close()
-    confirm.close()
+        client.close()
 
 
 def worker_group(address: str, cid: int, worker_ids: Sequence[int],
