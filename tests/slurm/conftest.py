@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import time
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
+from fiber.backend.job import JobSpec
 from fiber_slurm import SlurmBackend
 from fiber_slurm.options import OPTIONS
 
@@ -68,3 +71,24 @@ def squeue_live(slurm_cluster):
         return done.stdout.split()
 
     return live
+
+
+@pytest.fixture(scope="session")
+def time_limited_job(slurm_cluster) -> Iterator[dict]:
+    """A job with Slurm's shortest time limit (one minute), submitted when an early test
+    first asks for it (test_bad_input.py) and checked by a late one (test_time_limit.py):
+    the minute it must run overlaps the tests in between. Ended and released at the end
+    of the session if the late test did not."""
+    backend = SlurmBackend(slurm_options(slurm_time="1"))
+    job = backend.create_job(JobSpec(
+        command=[sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"],
+        name="time-limit", labels={"fiber.run": "t" + uuid.uuid4().hex[:10],
+                                   "fiber.parent": "test"}))
+    state = {"backend": backend, "job": job, "created": time.monotonic(), "released": False}
+    try:
+        yield state
+    finally:
+        if not state["released"]:
+            backend.terminate(job, force=True)
+            backend.release(job)
+        backend.close()
