@@ -147,7 +147,7 @@ def test_scale_targets_judged():
     assert judged["256 workers all running within 2 s"] is True
     assert judged["1,024 workers all running within 8 s"] is False
     assert judged["a map of 256 long tasks runs on all 256 workers"] is True
-    assert judged["a map of 1024 long tasks runs on all 1024 workers"] is False
+    assert judged["a map of 1,024 long tasks runs on all 1,024 workers"] is False
     assert judged["parent CPU per task at 1,024 (100ms tasks) <= 1.5x multiprocessing's"] is False
     assert judged["efficiency at 1,024 (100ms tasks) >= multiprocessing's"] is False
     # on a cluster backend only the workers used are judged
@@ -155,7 +155,7 @@ def test_scale_targets_judged():
     judged = report.scale_judged(_summary("ssh", {k: {"fiber[ssh]": v["fiber"]}
                                                   for k, v in m2.items()}))
     assert [t for t, _, _ in judged] == ["a map of 256 long tasks runs on all 256 workers",
-                                         "a map of 1024 long tasks runs on all 1024 workers"]
+                                         "a map of 1,024 long tasks runs on all 1,024 workers"]
 
 
 def test_every_mode_plans_the_floor_for_local_fiber_only():
