@@ -8,7 +8,11 @@
 # already answering on /run/munge), writes STATE_DIR/slurm.conf and starts slurmctld
 # and slurmd in the foreground (-D) in the background. Every pid this script starts is
 # written to STATE_DIR/pids/<name>.pid (stop.sh ends exactly those). No accounting
-# (no slurmdbd): status of ended jobs comes from slurmctld's memory.
+# (no slurmdbd): status of ended jobs comes from slurmctld's memory. The scheduler
+# considers a whole 256-task array in one pass (default_queue_depth: Slurm's 100 left
+# the rest to backfill passes, minutes apart), and launching that many at once on 2
+# cores may take slurmd longer than Slurm's 10 s defaults (BatchStartTimeout,
+# MessageTimeout: past them the jobs were cancelled as NODE_FAIL).
 set -euo pipefail
 
 state=${1:?usage: start.sh STATE_DIR CTLD_PORT SLURMD_PORT}
@@ -84,7 +88,9 @@ SwitchType=switch/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 ReturnToService=2
-SchedulerParameters=batch_sched_delay=0
+SchedulerParameters=batch_sched_delay=0,default_queue_depth=1000
+BatchStartTimeout=60
+MessageTimeout=30
 SlurmdParameters=config_overrides
 InactiveLimit=0
 MailProg=/bin/true
