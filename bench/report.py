@@ -618,7 +618,7 @@ def _kept_scale(root: Path = SCALE_RUNS) -> list[str]:
             eff, base_eff = m.get(f"efficiency/{k}"), _get(d, b, BASELINE, f"efficiency/{k}")
             cpu = m.get(f"cpu_ms_per_task/{k}")
             used = m.get("workers_used")
-            rows.append([where, str(size), "-" if used is None else f"{used:.0f}",
+            rows.append([where, f"{size:,}", "-" if used is None else f"{used:,.0f}",
                          _fmt(m.get("start_seconds")),
                          "-" if eff is None else f"{eff:.3f}" + (
                              f" ({base_eff:.3f})" if base_eff else ""),
