@@ -35,7 +35,6 @@ import _thread
 import collections
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
@@ -43,6 +42,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fiber.errors import ConnectionLostError
+from fiber.runtime.pool.result_codec import ResultEncoder
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
@@ -116,20 +116,10 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
 
 
 def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
-                   op: bytes = RESULTS) -> bytes:
-    head = op + _HEADER.pack(worker_id, line)
-    try:
-        return head + serialization.dumps(results)
-    except pickle.PicklingError:
-        safe = []
-        for task_id, ok, value in results:
-            try:
-                serialization.dumps(value)
-                safe.append((task_id, ok, value))
-            except pickle.PicklingError as exc:
-                error = _unpicklable_result(exc, value)
-                safe.append((task_id, False, serialization.pack_exception(error)))
-        return head + serialization.dumps(safe)
+                   encoder: ResultEncoder, op: bytes = RESULTS) -> bytes:
+    """A ``RESULTS`` (or ``op``) message; a result that cannot be pickled fails its own
+    task (see :mod:`~fiber.runtime.pool.result_codec`)."""
+    return op + _HEADER.pack(worker_id, line) + encoder.encode(results)
 
 
 class ResultSender:
@@ -151,6 +141,7 @@ class ResultSender:
         self._drain: Callable[[], None] = getattr(client, "drain", lambda: None)
         self._cid = cid
         self._worker_id = worker_id
+        self._encoder = ResultEncoder()  # used under the lock
         self.line = 0  # the line whose batch runs; set between batches
         self.pending: collections.deque[tuple[int, bool, Any]] = collections.deque()
         self._lock = threading.Lock()  # held while results are taken and written
@@ -179,7 +170,7 @@ class ResultSender:
         """Write one PARTIAL message (holding the lock); False: the connection is lost."""
         try:
             self._ctx.send(self._cid, encode_results(self._worker_id, self.line, results,
-                                                     PARTIAL))
+                                                     self._encoder, PARTIAL))
         except ConnectionLostError as exc:
             # the main thread finds out too, when it waits for its next batch
             logger.debug("pool worker %d stops sending results: %s", self._worker_id, exc)
@@ -312,13 +303,6 @@ class Giver:
             return  # the main thread finds out too
 
 
-def _unpicklable_result(exc: Exception, value: Any) -> Exception:
-    import multiprocessing.pool  # lazy: only for a result that cannot be pickled
-
-    error: type[Exception] = multiprocessing.pool.MaybeEncodingError  # type: ignore[attr-defined]  # missing from typeshed
-    return error(exc, value)
-
-
 def worker(address: str, cid: int, worker_id: int,
            initializer: Callable[..., object] | None = None,
            initargs: Sequence[Any] = ()) -> None:
@@ -330,6 +314,7 @@ def worker(address: str, cid: int, worker_id: int,
     funcs: dict[int, object] = {}
     confirm = client.context()
     sender: ResultSender | None = None
+    encoder = ResultEncoder()  # the main thread's (the sender has its own)
     lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
         ctx = client.context()
@@ -366,7 +351,7 @@ def worker(address: str, cid: int, worker_id: int,
             else:
                 results = run_batch(batch, funcs, None, giver)
             giver.end_batch()
-            ctx.send(cid, encode_results(worker_id, line, results))
+            ctx.send(cid, encode_results(worker_id, line, results, encoder))
             lines.append((line, ctx))
     finally:
         if sender is not None:

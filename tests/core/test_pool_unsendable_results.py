@@ -1,0 +1,243 @@
+"""Results that cannot travel fail their own task, loudly and at once (issue #32).
+
+* A result the worker cannot pickle fails its task with multiprocessing's
+  ``MaybeEncodingError`` and the worker goes on, whatever ``repr`` of the result does
+  (a deeply nested list makes ``repr`` raise ``RecursionError``).
+* A result (or a task's exception) that the worker pickles but the parent cannot
+  unpickle fails its task with ``fiber.errors.ResultUnpicklingError`` naming the
+  function, the task's place in its map and the cause; the task is not run again, the
+  other tasks of its batch are delivered, the worker is not counted as lost.
+
+Real parts: a real Pool on the local backend, real pickling. What refuses to load in
+the parent is a real ``__reduce__`` / ``__setstate__`` that raises when it runs in the
+test's own process (``PARENT_PID``, set by a fixture), as a class missing or broken on
+the parent's side would.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.pool
+import os
+import pickle
+import re
+import threading
+import time
+
+import pytest
+
+import fiber
+from fiber import errors
+
+#: the pid of the test's process (the pool's parent); None in the workers
+PARENT_PID: int | None = None
+
+BAD = 3  # the input that returns what cannot travel
+LIMIT = 15  # seconds a failing call may take before the test calls it a hang
+
+
+@pytest.fixture(autouse=True)
+def _parent_pid():
+    global PARENT_PID
+    PARENT_PID = os.getpid()
+    yield
+    PARENT_PID = None
+
+
+def _refuse_in_parent(value: int) -> int:
+    if os.getpid() == PARENT_PID:
+        raise ValueError(f"value {value} refuses to load in the parent")
+    return value
+
+
+class ReducesToRaise:
+    """Unpickled by calling :func:`_refuse_in_parent`, which raises in the parent."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __reduce__(self):
+        return _refuse_in_parent, (self.value,)
+
+
+class SetstateRaises:
+    """Its ``__setstate__`` raises in the parent."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __setstate__(self, state):
+        _refuse_in_parent(state["value"])
+        self.__dict__.update(state)
+
+
+class ErrorThatWillNotLoad(Exception):
+    """An exception that unpickles in the worker (fiber checks that there) but not in
+    the parent."""
+
+    def __reduce__(self):
+        return _make_error, (str(self),)
+
+
+def _make_error(text: str) -> ErrorThatWillNotLoad:
+    _refuse_in_parent(0)
+    return ErrorThatWillNotLoad(text)
+
+
+def bad_by_reduce(x: int):
+    return ReducesToRaise(x) if x == BAD else x * 10
+
+
+def bad_by_setstate(x: int):
+    return SetstateRaises(x) if x == BAD else x * 10
+
+
+def bad_pair(x: int, y: int):
+    return bad_by_reduce(x + y)
+
+
+def raise_unloadable(x: int):
+    raise ErrorThatWillNotLoad(f"task {x} failed")
+
+
+def deep(depth: int) -> list:
+    """A list nested ``depth`` deep: pickle and repr both exceed the recursion limit."""
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def deep_or_plain(x: int):
+    return deep(100_000) if x == BAD else x * 10
+
+
+def _worker_pids(pool) -> set:
+    return {w.process.pid for w in pool.stats().workers if w.process is not None}
+
+
+def _check_pool_after(pool, pids_before: set) -> None:
+    """The pool goes on with the same worker, none counted lost."""
+    assert pool.map(abs, [-1, -2]) == [1, 2]
+    assert _worker_pids(pool) == pids_before
+    assert pool.stats().lost == 0
+
+
+@pytest.mark.parametrize("func", [bad_by_reduce, bad_by_setstate])
+def test_apply_async_get_raises_naming_the_task(func):
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        began = time.monotonic()
+        with pytest.raises(pickle.UnpicklingError) as info:
+            pool.apply_async(func, (BAD,)).get(LIMIT)
+        assert time.monotonic() - began < 10
+        exc = info.value
+        assert isinstance(exc, errors.ResultUnpicklingError)
+        text = str(exc)
+        assert func.__name__ in text and f"args=({BAD},)" in text
+        assert "refuses to load in the parent" in text
+        assert isinstance(exc.__cause__, ValueError)
+        assert pool.apply(func, (1,)) == 10
+        _check_pool_after(pool, pids)
+
+
+@pytest.mark.parametrize("chunksize", [1, 4])
+def test_map_raises_naming_the_item(chunksize):
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        began = time.monotonic()
+        with pytest.raises(errors.ResultUnpicklingError) as info:
+            pool.map_async(bad_by_reduce, range(8), chunksize).get(LIMIT)
+        assert time.monotonic() - began < 10
+        assert "bad_by_reduce" in str(info.value)
+        assert (f"item {BAD}" if chunksize == 1 else "items 0-3") in str(info.value)
+        _check_pool_after(pool, pids)
+
+
+def test_map_raises():
+    """The blocking ``map`` raises too, within seconds (run on a thread, so that a hang
+    fails the test instead of hanging it)."""
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        outcome: list = []
+
+        def run():
+            try:
+                outcome.append(pool.map(bad_by_setstate, range(8), 1))
+            except Exception as exc:  # noqa: BLE001 - the test looks at it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(10)
+        assert outcome, "map did not return within 10 s"
+        assert isinstance(outcome[0], errors.ResultUnpicklingError)
+        assert f"bad_by_setstate, item {BAD}" in str(outcome[0])
+        _check_pool_after(pool, pids)
+
+
+def test_starmap_raises_naming_the_item():
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        with pytest.raises(errors.ResultUnpicklingError, match=f"bad_pair.*item {BAD}"):
+            pool.starmap_async(bad_pair, [(i, 0) for i in range(8)], 1).get(LIMIT)
+        _check_pool_after(pool, pids)
+
+
+@pytest.mark.parametrize("method", ["imap", "imap_unordered"])
+def test_imap_delivers_the_others_and_raises_for_the_bad_one(method):
+    """The other tasks of the batch (chunksize=1: the 8 tasks go in one batch to the
+    one worker) are delivered; the bad one raises in its place."""
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        it = getattr(pool, method)(bad_by_reduce, range(8))
+        got, failed = [], []
+        began = time.monotonic()
+        for _ in range(8):
+            try:
+                got.append(it.next(LIMIT))
+            except errors.ResultUnpicklingError as exc:
+                failed.append(str(exc))
+        assert time.monotonic() - began < 10
+        assert sorted(got) == [i * 10 for i in range(8) if i != BAD]
+        assert len(failed) == 1 and f"item {BAD}" in failed[0]
+        with pytest.raises(StopIteration):
+            it.next(LIMIT)
+        assert pool.stats().failed == 1
+        _check_pool_after(pool, pids)
+
+
+def test_exception_that_cannot_load_in_parent_fails_its_task():
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        with pytest.raises(errors.ResultUnpicklingError, match="raise_unloadable") as info:
+            pool.apply_async(raise_unloadable, (5,)).get(LIMIT)
+        assert "exception" in str(info.value)
+        _check_pool_after(pool, pids)
+
+
+def test_deep_result_is_maybe_encoding_error_and_worker_kept():
+    """multiprocessing's shape: "Error sending result: '...'. Reason: '...'"."""
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        began = time.monotonic()
+        with pytest.raises(multiprocessing.pool.MaybeEncodingError) as info:
+            pool.apply_async(deep, (100_000,)).get(LIMIT)
+        assert time.monotonic() - began < 10
+        text = str(info.value)
+        assert re.fullmatch(r"Error sending result: '\[\[\[.*\]\]\]'\. Reason: '.+'", text)
+        assert "recursion" in text
+        _check_pool_after(pool, pids)
+
+
+def test_deep_result_in_a_batch_fails_alone():
+    with fiber.Pool(1) as pool:
+        pids = {pool.apply(os.getpid)}
+        it = pool.imap(deep_or_plain, range(8))
+        out = []
+        for _ in range(8):
+            try:
+                out.append(it.next(LIMIT))
+            except multiprocessing.pool.MaybeEncodingError:
+                out.append("failed")
+        assert out == [0, 10, 20, "failed", 40, 50, 60, 70]
+        _check_pool_after(pool, pids)
