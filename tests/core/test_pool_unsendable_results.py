@@ -241,3 +241,45 @@ def test_deep_result_in_a_batch_fails_alone():
                 out.append("failed")
         assert out == [0, 10, 20, "failed", 40, 50, 60, 70]
         _check_pool_after(pool, pids)
+
+
+def numpy_values(x: int):
+    import numpy as np
+
+    return [np.float64(x), np.arange(x), np.dtype("int32"), len]
+
+
+def test_numpy_results_go_grouped_and_arrive_whole():
+    """numpy scalars, dtypes and small arrays travel as one pickle (the grouped layout),
+    and arrive equal."""
+    np = pytest.importorskip("numpy")
+    from fiber.runtime.pool.result_codec import GROUPED, ResultEncoder, decode
+
+    body = ResultEncoder().encode([(7, True, numpy_values(3)), (8, True, 1)])
+    assert body[:1] == GROUPED
+    [(tid, ok, value), (tid2, _, plain)] = decode(memoryview(body))
+    assert (tid, ok, tid2, plain) == (7, True, 8, 1)
+    assert value[0] == np.float64(3) and list(value[1]) == [0, 1, 2]
+    assert value[2] == np.dtype("int32") and value[3] is len
+    with fiber.Pool(1) as pool:
+        got = pool.map(numpy_values, range(1, 6), 1)
+    assert [list(v[1]) for v in got] == [list(range(i)) for i in range(1, 6)]
+
+
+def test_grouped_message_that_will_not_load_fails_each_of_its_tasks(run_script):
+    """A grouped message decoded where numpy cannot be imported (a real interpreter,
+    numpy blocked in ``sys.modules``): each of its tasks fails, none is lost."""
+    pytest.importorskip("numpy")
+    from fiber.runtime.pool.result_codec import ResultEncoder
+
+    body = ResultEncoder().encode([(7, True, numpy_values(3)), (8, True, 1)])
+    out = run_script(f"""
+        import sys
+        sys.modules["numpy"] = None
+        from fiber.runtime.pool.result_codec import Unloadable, decode
+        items = decode(memoryview({body!r}))
+        print([(tid, ok, type(v.exc).__name__) for tid, ok, v in items
+               if isinstance(v, Unloadable)])
+    """)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(7, False, 'ModuleNotFoundError'), (8, False, 'ModuleNotFoundError')]"

@@ -11,11 +11,17 @@ writes it in one of two layouts:
   so unpickling runs no user code and cannot fail in the master). The check is free:
   pickle calls the pickler's ``reducer_override`` for any other object, and ours stops
   the pickling there.
-* *framed*: any other result (instances of user classes, numpy arrays, functions)
+* *grouped*: the same one pickle, behind the tasks' ids, when it also holds numpy
+  scalars, dtypes or small arrays (or builtins reduced, such as ``len``): these load
+  wherever numpy does, and pickled together they share one pickle of their classes
+  (one by one, a numpy scalar costs ten times as much). If it fails in the master
+  (numpy missing there), every task of the message fails, named.
+* *framed*: any other result (instances of user classes, big arrays, functions)
   gets a pickle of its own, with a table of (task id, ok, length) in front. The
   master loads each on its own (:func:`decode`): one that raises (a class missing
   in the master, a ``__reduce__`` callable or ``__setstate__`` that raises) becomes an
-  :class:`Unloadable` outcome of its task alone; the others are delivered.
+  :class:`Unloadable` outcome of its task alone; the others are delivered. A big
+  array keeps its buffer out of band there.
 
 A value the worker cannot pickle at all fails its task with multiprocessing's
 ``MaybeEncodingError`` (:func:`unpicklable`), built from a bounded ``repr``, so a
@@ -26,6 +32,7 @@ result's sake.
 
 from __future__ import annotations
 
+import array
 import io
 import logging
 import pickle
@@ -42,6 +49,7 @@ logger = logging.getLogger("fiber")
 #: the first byte of a framed message body (a plain one starts with a pickle's b"\x80"
 #: or :mod:`fiber.wire.serialization`'s b"\x01"/b"\x02")
 FRAMED = b"\x10"
+GROUPED = b"\x11"  # one pickle of trusted values, behind the tasks' ids
 _COUNT = struct.Struct("<I")
 _ITEM = struct.Struct("<QBQ")  # task id, ok, length of its value's bytes
 
@@ -91,10 +99,25 @@ class _NotPlain(Exception):
 
 
 class _PlainPickler(pickle.Pickler):
-    """Pickles plain data only: stops at the first object pickle would reduce."""
+    """Pickles plain data, and numpy's scalars, dtypes and small arrays (*trusted*: their
+    unpickling runs only numpy's code, which fails only where numpy is missing; sent
+    one by one they would cost ten times as much, a pickle of their class each); stops
+    at the first other object pickle would reduce."""
+
+    trusted = False  # an object of numpy's (or a builtin reduced) was pickled
 
     def reducer_override(self, obj: Any) -> Any:
-        raise _NotPlain
+        module: Any = type(obj).__module__
+        if module == "builtins":  # a class or a function: its own module
+            module = getattr(obj, "__module__", None)
+        if not isinstance(module, str) or not (
+                module == "numpy" or module.startswith("numpy.") or module == "builtins"):
+            raise _NotPlain
+        nbytes = getattr(obj, "nbytes", 0)
+        if isinstance(nbytes, int) and nbytes >= serialization.OOB_THRESHOLD:
+            raise _NotPlain  # a big array: framed, its buffer out of band
+        self.trusted = True
+        return NotImplemented
 
 
 class ResultEncoder:
@@ -105,21 +128,25 @@ class ResultEncoder:
         self._file = io.BytesIO()
         self._pickler = _PlainPickler(self._file, serialization.PROTOCOL)
 
-    def encode(self, results: Results) -> bytes:
-        """The body of a message carrying ``results``."""
-        file = self._file
+    def encode(self, results: Results, head: bytes = b"") -> bytes:
+        """``head`` and the body of a message carrying ``results`` (one copy)."""
+        file, pickler = self._file, self._pickler
         file.seek(0)
         file.truncate()
-        self._pickler.clear_memo()
+        pickler.clear_memo()
+        pickler.trusted = False
         try:
-            self._pickler.dump(results)
+            pickler.dump(results)
         except Exception:  # noqa: BLE001 - _NotPlain, or what pickle cannot do (deep data)
-            return _framed(results)
-        return file.getvalue()
+            return _framed(results, head)
+        if not pickler.trusted:
+            return head + file.getvalue()
+        ids = array.array("Q", [r[0] for r in results])
+        return b"".join([head, GROUPED, _COUNT.pack(len(ids)), ids.tobytes(), file.getvalue()])
 
 
-def _framed(results: Results) -> bytes:
-    heads = [FRAMED, _COUNT.pack(len(results))]
+def _framed(results: Results, head: bytes) -> bytes:
+    heads = [head, FRAMED, _COUNT.pack(len(results))]
     bodies = []
     for task_id, ok, value in results:
         if ok:
@@ -147,8 +174,18 @@ class Unloadable:
 def decode(body: memoryview) -> Results:
     """The results of a message body (:meth:`ResultEncoder.encode`). Never raises for
     a value: one that cannot be unpickled here comes as ``(task_id, False,
-    Unloadable)``."""
-    if body[:1] != FRAMED:
+    Unloadable)`` (for a grouped message, every task of it)."""
+    kind = body[:1]
+    if kind == GROUPED:
+        count = _COUNT.unpack_from(body, 1)[0]
+        start = 1 + _COUNT.size + 8 * count
+        try:
+            return serialization.loads(body[start:])
+        except BaseException as exc:  # noqa: BLE001 - numpy missing here, or broken
+            ids = array.array("Q")
+            ids.frombytes(body[1 + _COUNT.size:start])
+            return [(task_id, False, Unloadable(exc)) for task_id in ids]
+    if kind != FRAMED:
         return serialization.loads(body)
     count = _COUNT.unpack_from(body, 1)[0]
     head = 1 + _COUNT.size

@@ -119,7 +119,7 @@ def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any
                    encoder: ResultEncoder, op: bytes = RESULTS) -> bytes:
     """A ``RESULTS`` (or ``op``) message; a result that cannot be pickled fails its own
     task (see :mod:`~fiber.runtime.pool.result_codec`)."""
-    return op + _HEADER.pack(worker_id, line) + encoder.encode(results)
+    return encoder.encode(results, op + _HEADER.pack(worker_id, line))
 
 
 class ResultSender:
