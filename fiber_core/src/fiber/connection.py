@@ -42,6 +42,7 @@ Process sentinels, sockets, multiprocessing's Connections and raw descriptors.
 
 from __future__ import annotations
 
+import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -53,8 +54,10 @@ from fiber.errors import BufferTooShort
 from fiber.runtime import readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked, keep_in_child
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
+from fiber.runtime.managers.admission import MpAdmission, peer_name
 from fiber.runtime.pipes import PipeChannel, record_transit
 from fiber.wire import auth, serialization
+from fiber.wire.gate import DEADLINE, admit_blocking
 from fiber.wire.protocol import PIPE_SIDE as _SIDE
 from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
 from fiber.wire.protocol import MailboxOp as Op
@@ -336,6 +339,29 @@ class Listener(_mp_connection.Listener):
             address, family = (run.listen_host(), 0), "AF_INET"
         super().__init__(address, family, backlog,
                          auth.get_authkey() if authkey is None else authkey)
+
+    def accept(self) -> _mp_connection.Connection:
+        """The next connection, authenticated as multiprocessing's ``accept()`` does,
+        with two bounds: a peer that has not completed the handshake within
+        :data:`fiber.wire.gate.DEADLINE` seconds (10) is refused, and a handshake
+        message longer than 256 bytes is refused unread. A refused peer raises
+        :class:`multiprocessing.AuthenticationError` here, as multiprocessing's; so a
+        silent or misbehaving peer costs the clients behind it at most the deadline."""
+        listener = getattr(self, "_listener", None)
+        key = getattr(self, "_authkey", None)
+        if listener is None or not key or not hasattr(listener, "_socket"):
+            return super().accept()  # closed (raises), no authkey, or not a socket
+        conn = listener.accept()
+        sock = socket.socket(fileno=conn.fileno())
+        try:
+            admit_blocking(sock, MpAdmission(key, peer_name(sock), "a fiber Listener"),
+                           DEADLINE)
+        except BaseException:
+            sock.detach()
+            conn.close()
+            raise
+        sock.detach()
+        return conn
 
 
 def Client(address: Any, family: str | None = None,
