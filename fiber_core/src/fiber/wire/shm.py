@@ -28,8 +28,9 @@ What a killed process leaves behind (a sender's free segments, a dead mailbox's
 messages) is removed by :func:`sweep`, which runs when a process creates its hub
 (:func:`fiber.wire.transport.get_hub`: any fiber program of the machine cleans up after
 killed ones, whether or not it moves large arrays itself), at the main process's exit
-(:mod:`fiber.util`'s exit path) and every :data:`SWEEP_INTERVAL` seconds in a process
-that creates segments.
+(:mod:`fiber.util`'s exit path), every :data:`SWEEP_INTERVAL` seconds in a process
+that creates segments, and by ``fiber clean`` (which lists them first with
+:func:`leftovers`, the sweep's decision without the unlink).
 
 "Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
 (:func:`host_token`); anything else falls back to bytes over the wire. The

@@ -14,6 +14,11 @@ gone (a creator that was killed never released its jobs).
 
 A local job is the leader of its own session and process group (the backend starts it
 so), so terminating it by its pid reaches what it started, from any process.
+
+The backend's log directory is named after its creator too
+(``fiber-local-logs-<pid>-<start time>-<random>``, :func:`log_directory_prefix`), so
+that ``fiber clean`` can remove the directory of a creator that was killed
+(:func:`ended_log_directories`).
 """
 
 from __future__ import annotations
