@@ -56,6 +56,24 @@ def fiber_cli(tmp: str, *args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=120, env=_env(tmp), stdin=subprocess.DEVNULL)
 
 
+def _on_terminal(tmp: str, typed: str, *args: str) -> subprocess.CompletedProcess:
+    """The CLI with a pseudo-terminal on stdin (a real one: it may ask), ``typed``
+    written to it."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "fiber", *args], stdin=follower,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_env(tmp))
+        os.write(leader, typed.encode())
+        out, err = proc.communicate(timeout=120)
+    finally:
+        os.close(follower)
+        os.close(leader)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -205,8 +223,8 @@ def test_clean_run_removes_what_a_killed_program_left(programs):
 
 def test_clean_all_asks_and_refuses_without_a_terminal(programs):
     """`fiber clean --all` would end a live program's jobs: with no terminal on stdin
-    and no --yes it refuses, saying to pass --yes, and ends nothing; with --yes it
-    ends them."""
+    and no --yes it refuses, saying to pass --yes, and ends nothing; on a terminal
+    (a pseudo-terminal) it asks, and "n" ends nothing; with --yes it ends them."""
     live, run, master, workers = programs.start(programs.script)
     refused = fiber_cli(programs.tmp, "clean", "--all")
     assert refused.returncode == 2
@@ -215,8 +233,50 @@ def test_clean_all_asks_and_refuses_without_a_terminal(programs):
     time.sleep(0.5)
     assert all(_alive(pid) for pid in workers)
 
+    # on a terminal it asks; anything but yes ends nothing
+    answer = _on_terminal(programs.tmp, "n\n", "clean", "--all")
+    assert answer.returncode == 1
+    assert "2 fiber jobs of 1 run on the local backend" in answer.stdout, answer.stdout
+    assert f"may still be running ({run})" in answer.stdout and "nothing ended" in answer.stdout
+    assert all(_alive(pid) for pid in workers)
+
     ended = fiber_cli(programs.tmp, "clean", "--all", "--yes")
     assert ended.returncode == 0, ended.stderr
     assert sorted(int(line.split()[1]) for line in ended.stdout.splitlines()
                   if line.startswith("removed ") and line.split()[1].isdigit()) == workers
     _wait_for(lambda: not any(_alive(w) for w in workers), 10, "the workers to end")
+
+
+def test_a_fiber_run_job_outliving_its_command_is_left_alone(tmp_path):
+    """`fiber run`'s job is the program itself: when the `fiber run` process is killed
+    with SIGKILL, its job still runs, so its run is live and `fiber clean` leaves it
+    alone (only `--run ID` ends it)."""
+    tmp = str(tmp_path)
+    marker = tmp_path / "job.pid"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "fiber", "run", "--", sys.executable, "-c",
+         f"import os, time; open({str(marker)!r}, 'w').write(f'{{os.getpid()}} "
+         "{os.environ[\"_FIBER_RUN\"]}'); time.sleep(300)"],
+        stdout=subprocess.DEVNULL, env=_env(tmp))
+    job = None
+    try:
+        job, run = _wait_for(lambda: marker.exists() and marker.read_text().split(),
+                             what="fiber run's job")
+        job = int(job)
+        runner.kill()
+        runner.wait(30)
+        cleaned = fiber_cli(tmp, "clean")
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert cleaned.stdout.startswith(f"left alone 1 job of 1 run whose program is "
+                                         f"running or not known to have ended: {run} "
+                                         "(1 job)"), cleaned.stdout
+        assert _alive(job)
+        ended = fiber_cli(tmp, "clean", "--run", run)
+        assert ended.stdout.splitlines()[0] == f"removed {job}", ended.stdout
+        _wait_for(lambda: not _alive(job), 10, "the job to end")
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait(30)
+        if job is not None and _alive(job):
+            os.killpg(job, signal.SIGKILL)
