@@ -33,7 +33,7 @@ END_WAIT = 3.0
 RETRY_FIRST = 1.0
 RETRY_LONGEST = 15.0
 
-__all__ = ["END_WAIT", "Endable", "end_jobs", "pending", "report_at_exit"]
+__all__ = ["END_WAIT", "Endable", "end_jobs", "left_running", "pending", "report_at_exit"]
 
 
 class Endable(Protocol):
@@ -193,6 +193,16 @@ class _Reaper:
 _reaper = _Reaper()
 
 
+_left_at_exit: list[str] = []  # ids of the jobs report_at_exit could not end
+
+
+def left_running() -> bool:
+    """Whether jobs of this process may be left running: the reaper still holds some,
+    or the exit's last try could not end them (then the run's record stays, so that
+    ``fiber clean`` knows them as orphans: :mod:`fiber.runtime.runs`)."""
+    return bool(_left_at_exit) or bool(_reaper.pending())
+
+
 def pending() -> list[Endable]:
     """The jobs the reaper still tries to end."""
     return _reaper.pending()
@@ -227,6 +237,7 @@ def report_at_exit(wait: float = END_WAIT) -> None:
                 in_outage(item.backend) for item, _ in left):
             thread.join(min(0.05, max(0.0, deadline - time.monotonic())))
     still = [item for item, _ in left if id(item) not in confirmed and not item.has_ended()]
+    _left_at_exit.extend(item.job.id for item in still)
     error = _reaper.error
     why = f"{type(error).__name__}: {error}" if error is not None else \
         "its cluster manager does not answer"

@@ -155,7 +155,9 @@ class LocalBackend(Backend):
     def _log_path(self, name: str) -> str:
         with self._lock:
             if self._logdir is None:
-                self._logdir = tempfile.mkdtemp(prefix="fiber-local-logs-")
+                # named after this process: `fiber clean` removes it once this process
+                # is gone (killed: its exit path never ran)
+                self._logdir = tempfile.mkdtemp(prefix=records.log_directory_prefix())
                 # after the children's jobs were released (their logs removed)
                 _logdirs.add(self._logdir)
                 util.at_exit("local logs", util.LATE_FINALIZERS, _remove_empty_logdirs)
