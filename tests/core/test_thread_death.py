@@ -86,7 +86,7 @@ if __name__ == "__main__":
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:
         report(lambda: pool.map(abs, range(8)))
-""", "exit code 70"),
+""", "exit code 71"),
     "fiber-output": ("""
 if __name__ == "__main__":
     with fiber.Pool(1) as pool:

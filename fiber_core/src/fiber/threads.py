@@ -42,8 +42,8 @@ logger = logging.getLogger("fiber")
 #: names kinds of thread that raise at once when started (tests only, see the module)
 FAULT_ENV = "_FIBER_TEST_THREAD_FAULT"
 
-#: the exit code of a job ended by :func:`end_process` (EX_SOFTWARE)
-THREAD_DIED_EXIT = 70
+#: the exit code of a job ended by :func:`end_process` (70 is a job whose parent is gone)
+THREAD_DIED_EXIT = 71
 
 #: every kind of thread fiber starts: name (or name prefix) -> what it does
 KINDS: dict[str, str] = {

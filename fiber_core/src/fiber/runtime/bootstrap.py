@@ -30,8 +30,8 @@ import sys
 import threading
 import traceback
 
-from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber import threads
+from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, run
 from fiber.wire import protocol, serialization, transport
