@@ -12,6 +12,7 @@ import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 
 __all__ = [
+    "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
     "ForkedProcessError", "JobCreationError",
@@ -21,6 +22,13 @@ __all__ = [
 
 
 # -- the API and the runtime ------------------------------------------------------------
+class NotPrivateError(PermissionError):
+    """A directory where fiber keeps what only this user may read or write (program
+    registrations holding the run's secret, records of processes to signal) exists but
+    is not private to this user: another user made it, or can write or read in it.
+    fiber does not use it; the message names it and says what to do."""
+
+
 class ProcessStartError(ProcessError):
     """A job-backed process ended before it connected back to its parent: its job
     could not run fiber's bootstrap (wrong image or Python, missing package, another

@@ -34,7 +34,7 @@ from fiber import threads
 from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, run
-from fiber.wire import protocol, serialization, transport
+from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
 
 PARENT_GONE_EXIT = 70
@@ -190,6 +190,7 @@ def main() -> int:
     except SecretsFileError as exc:
         sys.stderr.write(f"fiber: this job cannot join its run: {exc}\n")
         return 1
+    auth.take_from_environment()  # in memory only: a task's subprocesses do not inherit it
     address = os.environ.pop("_FIBER_PARENT")
     hub_address = os.environ.pop("_FIBER_PARENT_HUB", None)
     channel = int(os.environ.pop("_FIBER_CHANNEL"))

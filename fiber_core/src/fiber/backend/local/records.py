@@ -33,6 +33,8 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from fiber.errors import NotPrivateError
+
 logger = logging.getLogger("fiber")
 
 _warned = False
@@ -43,11 +45,12 @@ def directory() -> str:
     return os.path.join(tempfile.gettempdir(), f"fiber-local-jobs-{os.getuid()}")
 
 
-def private_directory(path: str, create: bool) -> str | None:
-    """``path``, made (mode 0700) if ``create``; None when it is missing or is not a
-    directory private to this user (then nothing may be written or read there: records
-    name processes to signal, so nobody else may write them)."""
-    global _warned
+def check_private(path: str, create: bool = True) -> str | None:
+    """``path``, a directory private to this user (made with mode 0700 if ``create``);
+    None when it does not exist (and ``create`` is false, or it cannot be made).
+    Raises :class:`fiber.errors.NotPrivateError` when it exists but is not a
+    directory of this user's that nobody else can read or write: then fiber must not
+    use it (someone else could read a secret there, or plant what fiber acts on)."""
     if create:
         try:
             os.mkdir(path, 0o700)
@@ -60,15 +63,35 @@ def private_directory(path: str, create: bool) -> str | None:
         info = os.lstat(path)
     except FileNotFoundError:
         return None
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+    why = None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "it is not a directory" + (" (a symbolic link)" if stat.S_ISLNK(info.st_mode)
+                                          else "")
+    elif info.st_uid != os.getuid():
+        why = f"it belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        why = f"its mode {stat.S_IMODE(info.st_mode):04o} lets other users in"
+    if why is not None:
+        raise NotPrivateError(
+            f"{path} is not a directory private to this user: {why}. fiber does not use "
+            "it. Remove it if it is yours (or ask its owner or the administrator to), or "
+            "set TMPDIR to a directory of your own")
+    return path
+
+
+def private_directory(path: str, create: bool) -> str | None:
+    """``path`` as :func:`check_private` gives it, or None (with one warning per
+    process) when it is not private: records name processes to signal, so nobody else
+    may write them, and `fiber jobs` and `fiber clean` cannot see jobs then."""
+    global _warned
+    try:
+        return check_private(path, create)
+    except NotPrivateError as exc:
         if not _warned:
             _warned = True
-            logger.warning("%s is not a directory private to this user: fiber does not "
-                           "record its jobs and runs there, so `fiber jobs` and `fiber "
-                           "clean` cannot see them (remove it)", path)
+            logger.warning("%s (fiber jobs and fiber clean cannot see this user's jobs "
+                           "until then)", exc)
         return None
-    return path
 
 
 def _private_directory(create: bool) -> str | None:
