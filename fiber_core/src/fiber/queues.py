@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 
 from fiber import threads
 from fiber.errors import FiberThreadError
-from fiber.runtime import popen_payload, readiness, run
+from fiber.runtime import arguments, popen_payload, readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, keep_in_child
 from fiber.runtime.mailbox import (
     ACCEPTED,
@@ -82,8 +82,7 @@ class Queue:
     """A FIFO queue shared by processes, as :class:`multiprocessing.Queue`."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
-        if maxsize <= 0:
-            maxsize = 0
+        maxsize = arguments.queue_maxsize(maxsize)  # as multiprocessing checks it
         hub = run.hub()
         # its items go with it; served on the stream wire too, for forked children
         cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
