@@ -42,6 +42,7 @@ Process sentinels, sockets, multiprocessing's Connections and raw descriptors.
 
 from __future__ import annotations
 
+import queue
 import socket
 import threading
 import weakref
@@ -57,7 +58,7 @@ from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_ho
 from fiber.runtime.managers.admission import MpAdmission, peer_name
 from fiber.runtime.pipes import PipeChannel, record_transit
 from fiber.wire import auth, serialization
-from fiber.wire.gate import DEADLINE, admit_blocking
+from fiber.wire.gate import Gate
 from fiber.wire.protocol import PIPE_SIDE as _SIDE
 from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
 from fiber.wire.protocol import MailboxOp as Op
@@ -340,28 +341,62 @@ class Listener(_mp_connection.Listener):
         super().__init__(address, family, backlog,
                          auth.get_authkey() if authkey is None else authkey)
 
+        self._gate: Gate | None = None
+        inner = getattr(self, "_listener", None)
+        key = getattr(self, "_authkey", None)
+        if key and inner is not None and hasattr(inner, "_socket"):
+            # strangers wait at a gate, not in accept(): see accept()
+            self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self._gate = Gate("listener", self._admitted)
+            self._gate.listen(inner._socket, self._admission)
+
+    def _admission(self, sock: socket.socket) -> MpAdmission:
+        admission = MpAdmission(self._authkey, peer_name(sock), "a fiber Listener")
+        address = _address_of(sock)
+        admission.on_wrong_key = lambda: self._ready.put(
+            _mp_connection.AuthenticationError("digest received was wrong"))
+        admission.address = address  # type: ignore[attr-defined]
+        return admission
+
+    def _admitted(self, sock: socket.socket, admission: Any) -> None:
+        sock.setblocking(True)
+        self._ready.put((_mp_connection.Connection(sock.detach()), admission.address))
+
     def accept(self) -> _mp_connection.Connection:
         """The next connection, authenticated as multiprocessing's ``accept()`` does,
-        with two bounds: a peer that has not completed the handshake within
-        :data:`fiber.wire.gate.DEADLINE` seconds (10) is refused, and a handshake
-        message longer than 256 bytes is refused unread. A refused peer raises
-        :class:`multiprocessing.AuthenticationError` here, as multiprocessing's; so a
-        silent or misbehaving peer costs the clients behind it at most the deadline."""
-        listener = getattr(self, "_listener", None)
-        key = getattr(self, "_authkey", None)
-        if listener is None or not key or not hasattr(listener, "_socket"):
-            return super().accept()  # closed (raises), no authkey, or not a socket
-        conn = listener.accept()
-        sock = socket.socket(fileno=conn.fileno())
-        try:
-            admit_blocking(sock, MpAdmission(key, peer_name(sock), "a fiber Listener"),
-                           DEADLINE)
-        except BaseException:
-            sock.detach()
-            conn.close()
-            raise
-        sock.detach()
+        except that the handshakes run on a gate (:mod:`fiber.wire.gate`) rather than
+        in this call: many clients authenticate at once, each within
+        :data:`fiber.wire.gate.DEADLINE` seconds (10), with 256-byte messages, and a
+        stranger that stays silent or sends what is not a handshake is closed without
+        reaching this call. A client that answers with a wrong key raises
+        :class:`multiprocessing.AuthenticationError` here, as multiprocessing's does.
+        So no peer can hold up the clients behind it."""
+        if self._gate is None:
+            return super().accept()
+        if getattr(self, "_listener", None) is None:
+            raise OSError("listener is closed")
+        got = self._ready.get()
+        if got is None:
+            self._ready.put(None)
+            raise OSError("listener is closed")
+        if isinstance(got, BaseException):
+            raise got
+        conn, address = got
+        self._listener._last_accepted = address
         return conn
+
+    def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+            self._ready.put(None)
+        super().close()
+
+
+def _address_of(sock: socket.socket) -> Any:
+    try:
+        return sock.getpeername()
+    except OSError:
+        return None
 
 
 def Client(address: Any, family: str | None = None,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import socket
 import struct
+from collections.abc import Callable
 
 from fiber.runtime.managers import stdlib
 from fiber.wire.gate import FramedAdmission, RateLimitedLog
@@ -55,6 +56,7 @@ class MpAdmission(FramedAdmission):
         self.what = what
         self.accepted = False
         self.refused = None
+        self.on_wrong_key: Callable[[], None] | None = None  # called when it answers wrong
 
     def opening(self) -> bytes:
         return _frame(stdlib.CHALLENGE + self._challenge)
@@ -62,6 +64,8 @@ class MpAdmission(FramedAdmission):
     def message(self, fields: tuple, body: bytes) -> bytes:
         if self._step == 0:  # the client's answer to our challenge
             if not stdlib.verify_response(self._key, self._challenge, body):
+                if self.on_wrong_key is not None:
+                    self.on_wrong_key()
                 return self._refuse("a wrong answer to the authkey challenge",
                                     _frame(stdlib.FAILURE))
             self._step = 1
