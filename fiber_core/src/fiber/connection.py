@@ -51,7 +51,7 @@ from multiprocessing import connection as _mp_connection
 from multiprocessing.connection import answer_challenge, deliver_challenge, wait
 from typing import TYPE_CHECKING, Any
 
-from fiber.errors import BufferTooShort
+from fiber.errors import AuthenticationError, BufferTooShort
 from fiber.runtime import readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked, keep_in_child
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
@@ -343,18 +343,19 @@ class Listener(_mp_connection.Listener):
 
         self._gate: Gate | None = None
         inner = getattr(self, "_listener", None)
-        key = getattr(self, "_authkey", None)
+        key: bytes | None = getattr(self, "_authkey", None)
         if key and inner is not None and hasattr(inner, "_socket"):
             # strangers wait at a gate, not in accept(): see accept()
+            self._key = key
             self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
             self._gate = Gate("listener", self._admitted)
             self._gate.listen(inner._socket, self._admission)
 
     def _admission(self, sock: socket.socket) -> MpAdmission:
-        admission = MpAdmission(self._authkey, peer_name(sock), "a fiber Listener")
+        admission = MpAdmission(self._key, peer_name(sock), "a fiber Listener")
         address = _address_of(sock)
         admission.on_wrong_key = lambda: self._ready.put(
-            _mp_connection.AuthenticationError("digest received was wrong"))
+            AuthenticationError("digest received was wrong"))
         admission.address = address  # type: ignore[attr-defined]
         return admission
 
@@ -373,7 +374,8 @@ class Listener(_mp_connection.Listener):
         So no peer can hold up the clients behind it."""
         if self._gate is None:
             return super().accept()
-        if getattr(self, "_listener", None) is None:
+        inner: Any = getattr(self, "_listener", None)
+        if inner is None:
             raise OSError("listener is closed")
         got = self._ready.get()
         if got is None:
@@ -382,7 +384,7 @@ class Listener(_mp_connection.Listener):
         if isinstance(got, BaseException):
             raise got
         conn, address = got
-        self._listener._last_accepted = address
+        inner._last_accepted = address
         return conn
 
     def close(self) -> None:

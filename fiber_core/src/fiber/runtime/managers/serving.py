@@ -60,7 +60,7 @@ def accept_forever(server: Any, name: str, stopping: Any = None) -> None:
                 pass
 
 
-class FiberServer(stdlib.Server):  # type: ignore[misc]
+class FiberServer(stdlib.Server):
     """A manager's server whose connections are authenticated by its listener's gate."""
 
     line_name = "fiber-manager-line"

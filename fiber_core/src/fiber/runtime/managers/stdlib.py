@@ -250,7 +250,7 @@ def verify_response(authkey: bytes, challenge: bytes, response: bytes) -> bool:
     if verify is not None:
         try:
             verify(authkey, challenge, response)
-        except _mpc.AuthenticationError:
+        except _mpc_undocumented.AuthenticationError:
             return False
         return True
     return hmac.compare_digest(hmac.new(authkey, challenge, "md5").digest(), response)

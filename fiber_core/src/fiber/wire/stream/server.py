@@ -487,22 +487,20 @@ class StreamAdmission(FramedAdmission):
         super().__init__(_FRAME, HANDSHAKE_MAX)
         self.handshake = handshake
 
-    @property  # type: ignore[override]
-    def accepted(self) -> bool:
-        return self.handshake.accepted
-
-    @property  # type: ignore[override]
-    def refused(self) -> str | None:
-        return self.handshake.refused
+    def _verdict(self, reply: bytes) -> bytes:
+        self.accepted = self.handshake.accepted
+        self.refused = self.handshake.refused
+        return reply
 
     def message(self, fields: tuple, body: bytes) -> bytes:
-        return frame(fields[1], self.handshake.step(body))
+        return self._verdict(frame(fields[1], self.handshake.step(body)))
 
     def refuse(self, reason: str) -> bytes:
-        return frame(0, self.handshake.refuse(reason))
+        return self._verdict(frame(0, self.handshake.refuse(reason)))
 
     def expired(self, seconds: float) -> bytes:
-        return frame(0, AUTH_REFUSED) if self.handshake.expired(seconds) else b""
+        expired = self.handshake.expired(seconds)
+        return self._verdict(frame(0, AUTH_REFUSED) if expired else b"")
 
     def dropped(self, cause: object) -> None:
         self.handshake.dropped(cause)
