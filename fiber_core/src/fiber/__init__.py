@@ -48,7 +48,6 @@ _WHERE = {
     "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
     "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",
     "RemoteError": "fiber.errors", "WorkerLostError": "fiber.errors",
-    "FiberThreadError": "fiber.errors",
 }
 
 __all__ = list(_WHERE)
@@ -88,7 +87,6 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         AuthenticationError,
         BufferTooShort,
         ConnectionLostError,
-        FiberThreadError,
         ProcessError,
         ProcessStartError,
         RemoteError,
