@@ -47,6 +47,7 @@ logger = logging.getLogger("fiber")
 
 DEADLINE = 10.0  # seconds from accept to a completed handshake
 MAX_PENDING = 256  # connections in their handshake at once, per gate
+BACKLOG = 512  # the listening sockets' queue of connections not yet accepted
 _ACCEPTS_PER_WAKE = 64  # then pending handshakes get their turn
 _PAUSE = 0.1  # seconds a listener rests after an accept failed for want of resources
 
@@ -205,6 +206,10 @@ class Gate:
         """Admit the connections of the listening socket ``sock``, each through the
         admission ``make(sock)`` returns for it."""
         sock.setblocking(False)
+        # the kernel's queue of connections not yet accepted only buffers them for the
+        # gate (which takes each at once): a small backlog (multiprocessing's Listener
+        # defaults to 1) would drop connections while the gate's thread waits for the GIL
+        sock.listen(BACKLOG)
         with self._lock:
             self._added.append((sock, make))
         self._wake()
