@@ -82,9 +82,9 @@ KEY = b"k" * 32
 OTHER = b"o" * 32
 
 # examples per property: enough to mean something, the file in well under a minute
-MANY = settings(max_examples=800, deadline=None,
+MANY = settings(max_examples=500, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-SOME = settings(max_examples=300, deadline=None,
+SOME = settings(max_examples=200, deadline=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 # -- strategies -----------------------------------------------------------------------------
@@ -474,7 +474,7 @@ _hello = st.one_of(
     st.fixed_dictionaries({}, optional={
         "fiber": _json, "protocol": _json, "python": _json, "pid": _json, "host": _json,
     }).map(lambda v: json.dumps(v).encode()),
-    st.integers(1, 100_000).map(lambda n: b"[" * n),  # nested too deep for the parser
+    st.integers(1, 5000).map(lambda n: b"[" * n),  # nested too deep for the parser (1000)
 )
 
 
@@ -634,8 +634,8 @@ def test_queue_and_pipe_channels_answer_or_refuse_requests(hub, payloads, side):
                 channel.handle(request, memoryview(body))
             except ValueError:
                 assert not request.answered
-            except (pickle.UnpicklingError, shm.SegmentError):
-                assert b"Q" in payloads[0] or any(p[:1] == b"Q" for p in payloads)
+            except (pickle.UnpicklingError, shm.SegmentError):  # a PUT_SHARED item read
+                assert any(b"Q" in p[:2] for p in payloads)
             assert len(request.replies) <= 1
 
 
