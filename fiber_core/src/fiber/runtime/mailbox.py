@@ -76,6 +76,10 @@ def encode(op: bytes, timeout: float | None, data: bytes = b"") -> bytes:
 
 
 def decode(payload: memoryview) -> tuple[bytes, float | None, memoryview]:
+    """The op, timeout (None: forever) and data of a request; :class:`ValueError` for
+    a payload shorter than the header (a malformed request)."""
+    if len(payload) < HEADER_SIZE:
+        raise ValueError("a mailbox request shorter than its header")
     op, timeout = _HEADER.unpack_from(payload)
     return op, (None if timeout < 0 else timeout), payload[HEADER_SIZE:]
 

@@ -179,11 +179,12 @@ def hello(pid: int, host: str) -> bytes:
 
 
 def parse_hello(body: bytes | memoryview) -> dict[str, Any]:
-    """The fields of a HELLO body; an unreadable one (a fiber before protocol 1) gives
-    ``{}``, which :func:`mismatch` reports."""
+    """The fields of a HELLO body; an unreadable one (a fiber before protocol 1, or not
+    JSON at all, nested too deep included) gives ``{}``, which :func:`mismatch` reports.
+    Raises nothing."""
     try:
         fields = json.loads(bytes(body).decode())
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return fields if isinstance(fields, dict) else {}
 

@@ -40,6 +40,7 @@ from fiber.wire.stream.framing import (
     HANDSHAKE_MAX,
     READ_SIZE,
     SCHEME,
+    allocate,
     frame,
     nodelay,
 )
@@ -105,7 +106,9 @@ class _Connection:
 
     # reading (by the holder of rlock)
     def read(self) -> list[tuple[int, bytes]]:
-        """Frames that are complete now; raises ConnectionResetError at the end."""
+        """Frames that are complete now; raises :class:`ConnectionResetError` at the end,
+        or when a frame announces a length that cannot be allocated (not a frame of
+        fiber's: the connection is dropped, not the thread that reads it)."""
         frames: list[tuple[int, bytes]] = []
         while True:
             if self._big is not None:
@@ -138,7 +141,7 @@ class _Connection:
                     start = end
                     continue
                 if size >= BIG:
-                    body = bytearray(size)
+                    body = allocate(size)
                     have = len(buf) - start - _FRAME.size
                     body[:have] = buf[start + _FRAME.size:]
                     self._big, self._big_line, self._big_got = body, line, have
