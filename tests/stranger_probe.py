@@ -341,7 +341,7 @@ def main(argv: list[str]) -> int:
     probe, kind = argv[0], argv[1]
     address: object = json.loads(argv[2])
     address = tuple(address) if isinstance(address, list) else address
-    key = bytes.fromhex(argv[3]) if len(argv) > 3 and argv[3] else None
+    key = bytes.fromhex(argv[3]) if len(argv) > 3 and probe != "rude" else None
     listener = json.loads(argv[4]) if len(argv) > 4 else None
     if probe == "rude":
         outcome: object = rude(kind, address, argv[3])
