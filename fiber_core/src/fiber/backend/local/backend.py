@@ -46,7 +46,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from fiber import util
+from fiber import threads, util
 from fiber.backend import Backend, JobCreationError, TransientBackendError
 from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
@@ -439,8 +439,8 @@ class _ForkServer:
         self._waiting: dict[int, _Pending] = {}
         self._children: dict[int, _ForkedChild] = {}
         self._abandoned: set[int] = set()  # spawns given up on before their answer
-        self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
-        self._reader.start()
+        self._reader_error: BaseException | None = None
+        self._reader = threads.start("fiber-forkserver", self._read, fails=self._reader_died)
 
     def spawn(self, module: str, env: dict[str, str], cwd: str | None,
               log_path: str) -> _ForkedChild:
@@ -448,6 +448,9 @@ class _ForkServer:
         slot = _Pending()
         gone = _TemplateExited("the local backend's template process has exited (see its "
                                f"error above; set {_SPAWN_HINT})")
+        if self._reader_error is not None:
+            gone = _TemplateExited(f"the local backend's template process is unusable: "
+                                   f"{self._reader_error} (set {_SPAWN_HINT})")
         with self._lock:
             if self.dead:
                 raise gone
@@ -483,6 +486,18 @@ class _ForkServer:
                     self._dispatch(message)
         except (EOFError, OSError):
             pass
+        self._gone()
+
+    def _reader_died(self, error: BaseException) -> None:
+        """The reader thread died: nobody reads the template's answers any more. End
+        the template (the next job starts from a new one) as if it had exited."""
+        self._reader_error = error
+        self._closing = True  # (ended on purpose: no "exited" warning)
+        self._gone()
+        self.close()
+
+    def _gone(self) -> None:
+        """The template's stream ended: fail the spawns waiting for it, end its jobs."""
         with self._lock:
             self.dead = True
             waiting, self._waiting = self._waiting, {}

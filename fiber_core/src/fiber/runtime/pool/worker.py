@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fiber import threads
 from fiber.errors import ConnectionLostError
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
@@ -158,9 +159,9 @@ class ResultSender:
         self._wake.acquire()  # released to wake the thread
         self.idle = False
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="fiber-pool-results",
-                                        daemon=True)
-        self._thread.start()
+        # (the worker's results would stay here: the worker ends, its tasks go elsewhere)
+        self._thread = threads.start("fiber-pool-results", self._run,
+                                     fails=threads.end_process)
 
     def add(self, result: tuple[int, bool, Any]) -> None:
         """A task of the running batch finished (main thread; :func:`run_batch` does
@@ -261,9 +262,9 @@ class Giver:
             self._opened += 1
             self._changed.notify()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
-                                            daemon=True)
-            self._thread.start()
+            # (a recall would go unanswered: the worker ends, its tasks go elsewhere)
+            self._thread = threads.start("fiber-pool-give", self._run,
+                                         fails=threads.end_process)
 
     def begin(self, task_id: int) -> bool:
         """Whether to run ``task_id`` (False: it was given back); it counts as started."""
