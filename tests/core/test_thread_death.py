@@ -42,14 +42,15 @@ NOT_YET_COVERED = {
     "fiber-end-at-exit", "fiber-stdlib-queue",
 }
 
-# a job's threads: their death is logged in the job (its log), which then exits with
-# fiber.threads.THREAD_DIED_EXIT; the parent's call fails as for any lost job
+# a job's threads: their death is logged in the job (its log), not in the program's
+# output. A job without its heartbeat or output exits with
+# fiber.threads.THREAD_DIED_EXIT (the parent's call fails as for any lost job); a pool
+# worker without its results sender fails the tasks whose results it had not sent
 IN_JOBS = {"fiber-heartbeat", "fiber-output", "fiber-pool-results"}
 
-# the call may still return right: the pool re-runs the tasks of the worker that
-# ended (nothing lost), the process completes without the hub's deadlines; the death
-# must be logged in the program
-MAY_RETURN = {"fiber-pool-results", "fiber-timers"}
+# the call may still return right: the process completes without the hub's
+# deadlines; the death must be logged in the program
+MAY_RETURN = {"fiber-timers"}
 
 PRELUDE = """
 import sys, time, traceback
@@ -67,11 +68,15 @@ def report(call):
 
 # kind -> (the program's body, what its "RAISED" line must contain)
 SCENARIOS: dict[str, tuple[str, str]] = {
+    # (the whole pool is the call: the supervisor may die before the with statement's
+    # __enter__, which then raises the broken pool's error, or after, and map raises it)
     "fiber-pool-supervisor": ("""
 if __name__ == "__main__":
-    with fiber.Pool(2) as pool:
-        time.sleep(0.5)  # (the supervisor has died by now)
-        report(lambda: pool.map(abs, range(8)))
+    def run():
+        with fiber.Pool(2) as pool:
+            time.sleep(0.5)  # (the supervisor has died by now)
+            pool.map(abs, range(8))
+    report(run)
 """, "FiberThreadError"),
     "fiber-pool-feeder": ("""
 if __name__ == "__main__":
@@ -82,7 +87,7 @@ if __name__ == "__main__":
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:
         report(lambda: pool.map(abs, range(50), chunksize=5))
-""", "Error"),
+""", "FiberThreadError"),
     "fiber-heartbeat": ("""
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:

@@ -446,21 +446,17 @@ class _ForkServer:
               log_path: str) -> _ForkedChild:
         key = next(self._keys)
         slot = _Pending()
-        gone = _TemplateExited("the local backend's template process has exited (see its "
-                               f"error above; set {_SPAWN_HINT})")
-        if self._reader_error is not None:
-            gone = _TemplateExited(f"the local backend's template process is unusable: "
-                                   f"{self._reader_error} (set {_SPAWN_HINT})")
         with self._lock:
             if self.dead:
-                raise gone
+                raise self._gone_error()
             self._waiting[key] = slot
             try:
                 self._proto.send_message(self._sock, ("spawn", key, module, env, cwd,
                                                       log_path))
             except OSError:
                 self._waiting.pop(key, None)
-                raise gone from None
+                gone = self._gone_error()
+                raise gone from gone.__cause__
         if not slot.done.wait(SPAWN_TIMEOUT):
             with self._lock:
                 if self._waiting.pop(key, None) is not None:
@@ -475,8 +471,21 @@ class _ForkServer:
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
         if answer is None:
-            raise gone
+            raise self._gone_error()
         return answer
+
+    def _gone_error(self) -> _TemplateExited:
+        """Why a spawn failed for want of the template: read when it fails, for the
+        reader thread's death (recorded before the spawns waiting are woken) may come
+        while the spawn runs."""
+        error = self._reader_error
+        if error is None:
+            return _TemplateExited("the local backend's template process has exited (see "
+                                   f"its error above; set {_SPAWN_HINT})")
+        gone = _TemplateExited(f"the local backend's template process is unusable: {error} "
+                               f"(set {_SPAWN_HINT})")
+        gone.__cause__ = error
+        return gone
 
     def _read(self) -> None:
         buffer = bytearray()

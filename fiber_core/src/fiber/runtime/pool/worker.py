@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fiber import threads
-from fiber.errors import ConnectionLostError
+from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
@@ -143,7 +143,11 @@ class ResultSender:
     results not sent yet for the request that reopens the line; it waits for a message
     being written, so the master always reads a batch's partial results before that
     request. The thread is started for the first batch of more than one task (a pool
-    of ``apply`` calls never needs it)."""
+    of ``apply`` calls never needs it). If it dies (a bug of fiber's, see
+    :mod:`fiber.threads`), the tasks of the running batch whose results it had not sent
+    fail with the :class:`~fiber.errors.FiberThreadError` naming it, so the waiting
+    ``map`` or ``get`` raises it; the worker goes on, its next batches' results going
+    with their lines' requests."""
 
     def __init__(self, client: Any, cid: int, worker_id: int) -> None:
         self._ctx = client.context()
@@ -159,9 +163,13 @@ class ResultSender:
         self._wake.acquire()  # released to wake the thread
         self.idle = False
         self._closed = False
-        # (the worker's results would stay here: the worker ends, its tasks go elsewhere)
-        self._thread = threads.start("fiber-pool-results", self._run,
-                                     fails=threads.end_process)
+        self._held: list[tuple[int, bool, Any]] = []  # taken by the thread, not sent yet
+        #: why the thread died (then :meth:`finish` fails the batch's unsent results)
+        self.error: FiberThreadError | None = None
+        # set once the thread runs its loop or has died: the first finish() waits for
+        # it, so a thread that dies as it starts fails the first batch, not a later one
+        self._up = threading.Event()
+        self._thread = threads.start("fiber-pool-results", self._run, fails=self._died)
 
     def add(self, result: tuple[int, bool, Any]) -> None:
         """A task of the running batch finished (main thread; :func:`run_batch` does
@@ -200,12 +208,28 @@ class ResultSender:
 
     def finish(self, last: list[tuple[int, bool, Any]]) -> list[tuple[int, bool, Any]]:
         """The batch is done: its results not sent yet, ``last`` included (main
-        thread)."""
+        thread). If the thread died, each of them is a failure with its
+        :class:`~fiber.errors.FiberThreadError` instead: the tasks whose results went
+        through the dead thread fail with the cause, which the waiting call raises."""
         with self._lock:
-            rest = list(self.pending)
+            if not self._up.is_set():
+                self._up.wait()
+            rest = self._held + list(self.pending)
+            self._held = []
             self.pending.clear()
         rest.extend(last)
-        return rest
+        error = self.error
+        if error is None:
+            return rest
+        packed = serialization.pack_exception(error)
+        return [(task_id, False, packed) for task_id, _, _ in rest]
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died (in it): the main thread fails the batch's unsent results
+        (:meth:`finish`) and runs the next batches without a sender."""
+        self.error = error
+        self.idle = False  # (nothing hands a result to a dead thread)
+        self._up.set()
 
     def close(self) -> None:
         self._closed = True
@@ -216,6 +240,7 @@ class ResultSender:
 
     def _run(self) -> None:
         pending = self.pending
+        self._up.set()
         while not self._closed:
             self.idle = True
             if not pending:
@@ -224,10 +249,12 @@ class ResultSender:
             with self._lock:
                 if not pending or self._closed:
                     continue
-                results = []
+                results = self._held  # (what the thread holds if it dies)
                 while pending:
                     results.append(pending.popleft())
-                if not self._send(results):
+                sent = self._send(results)
+                self._held = []
+                if not sent:
                     return
 
 
@@ -331,6 +358,7 @@ def worker(address: str, cid: int, worker_id: int,
     funcs: dict[int, object] = {}
     confirm = client.context()
     sender: ResultSender | None = None
+    sender_died = False
     lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
         ctx = client.context()
@@ -359,11 +387,14 @@ def worker(address: str, cid: int, worker_id: int,
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
             giver.line = line
-            if len(batch) > 1:
+            if len(batch) > 1 and not sender_died:
                 if sender is None:
                     sender = ResultSender(client, cid, worker_id)
                 sender.line = line
                 results = sender.finish(run_batch(batch, funcs, sender, giver))
+                # its thread died: this batch's unsent results failed with the cause;
+                # the next batches' results go with their lines' requests
+                sender_died = sender.error is not None
             else:
                 results = run_batch(batch, funcs, None, giver)
             giver.end_batch()
