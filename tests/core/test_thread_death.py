@@ -37,16 +37,17 @@ PENDING_ADOPTION = {
 NOT_YET_COVERED = {
     "fiber-k8s-watch", "fiber-ssh-prepare", "fiber-ssh-reader", "fiber-ssh-dispatch",
     "fiber-ssh-kill", "fiber-ssh-search",
-    "fiber-pool-give", "fiber-fork-holds", "fiber-nng-close", "fiber-status",
-    "fiber-release", "fiber-progress", "fiber-monitor", "fiber-end", "fiber-reaper",
-    "fiber-end-at-exit", "fiber-stdlib-queue",
+    "fiber-fork-holds", "fiber-nng-close",
+    "fiber-release", "fiber-progress", "fiber-end", "fiber-reaper",
+    "fiber-end-at-exit",
 }
 
 # a job's threads: their death is logged in the job (its log), not in the program's
 # output. A job without its heartbeat or output exits with
 # fiber.threads.THREAD_DIED_EXIT (the parent's call fails as for any lost job); a pool
-# worker without its results sender fails the tasks whose results it had not sent
-IN_JOBS = {"fiber-heartbeat", "fiber-output", "fiber-pool-results"}
+# worker without its results sender fails the tasks whose results it had not sent, one
+# without its give line the tasks it had not started (with the FiberThreadError)
+IN_JOBS = {"fiber-heartbeat", "fiber-output", "fiber-pool-results", "fiber-pool-give"}
 
 # the call may still return right: the process completes without the hub's
 # deadlines; the death must be logged in the program
@@ -88,6 +89,54 @@ if __name__ == "__main__":
     with fiber.Pool(2) as pool:
         report(lambda: pool.map(abs, range(50), chunksize=5))
 """, "FiberThreadError"),
+    # (recalls would go unanswered: the worker's tasks not started fail with the error)
+    "fiber-pool-give": ("""
+if __name__ == "__main__":
+    with fiber.Pool(2) as pool:
+        report(lambda: pool.map(abs, range(50), chunksize=5))
+""", "FiberThreadError"),
+    # (a `fiber top` request: answered with the error)
+    "fiber-status": ("""
+if __name__ == "__main__":
+    import os
+    from fiber.runtime import status
+    with fiber.Pool(1) as pool:
+        pool.map(abs, range(2))
+        (prog,) = [p for p in status.programs() if p.pid == os.getpid()]
+        report(lambda: status.query(prog))
+""", "fiber-status"),
+    # (a job not connected yet is lost with the monitor's error: its start raises)
+    "fiber-monitor": ("""
+if __name__ == "__main__":
+    def run():
+        p = fiber.Process(target=abs, args=(1,))
+        p.start()
+        p.join()
+    report(run)
+""", "fiber-monitor"),
+    # (the job's get of a multiprocessing.Queue whose feeding thread died raises
+    # EOFError naming it; the program reports it as the job's answer)
+    "fiber-stdlib-queue": ("""
+import multiprocessing
+def take(q, answers):
+    try:
+        q.get(timeout=20)
+    except BaseException as exc:
+        answers.put(f"{type(exc).__name__}: {exc}")
+    else:
+        answers.put("got")
+if __name__ == "__main__":
+    q, answers = multiprocessing.Queue(), fiber.Queue()
+    q.put(1)
+    def run():
+        p = fiber.Process(target=take, args=(q, answers))
+        p.start()
+        got = answers.get(timeout=30)
+        p.join(10)
+        if got != "got":
+            raise RuntimeError(f"the job's get raised {got}")
+    report(run)
+""", "EOFError: fiber thread 'fiber-stdlib-queue' died"),
     "fiber-heartbeat": ("""
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:

@@ -147,7 +147,9 @@ class Queue:
             return serialization.loads(memoryview(reply)[1:])
         if kind == EMPTY:
             raise Empty
-        raise EOFError if kind == CLOSED else ValueError(f"unexpected reply {kind!r}")
+        if kind == CLOSED:  # (after the kind: why, when a failure closed it)
+            raise EOFError(bytes(reply[1:]).decode("utf-8", "replace"))
+        raise ValueError(f"unexpected reply {kind!r}")
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -300,13 +302,13 @@ def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any
 
 def _bridge_failed(std_queue: Any, bridge: Queue, error: FiberThreadError) -> None:
     """The feeding thread died: no item comes any more. The jobs given the queue see
-    it closed (their ``get`` raises as on a closed queue), and later jobs get
-    ``error`` when the queue is sent."""
+    it closed, their ``get`` raising ``EOFError`` with ``error``'s message (naming the
+    thread), and later jobs get ``error`` when the queue is sent."""
     with _bridges_lock:
         _failed_bridges[std_queue] = error
         _bridges.pop(std_queue, None)
     if bridge._mailbox is not None:
-        bridge._mailbox.close()
+        bridge._mailbox.close(str(error))
 
 
 def _feed(std_queue: Any, bridge: Queue) -> None:

@@ -95,6 +95,8 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
         func = funcs[func_id]
         began = _clock()
         try:
+            if giver is not None and giver.error is not None:
+                raise giver.error  # its thread died: the task fails with the cause
             if kind == CALL:
                 args, kwds = payload
                 value = func(*args, **kwds)
@@ -282,6 +284,9 @@ class Giver:
         self._closed = 0  # times it closed it
         self._changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        #: why the thread died (then every task not started yet fails with it)
+        self.error: FiberThreadError | None = None
+        self._up = threading.Event()  # the thread runs, or has died
 
     def open(self) -> None:
         """The master asks for the give line (main thread)."""
@@ -289,9 +294,15 @@ class Giver:
             self._opened += 1
             self._changed.notify()
         if self._thread is None:
-            # (a recall would go unanswered: the worker ends, its tasks go elsewhere)
-            self._thread = threads.start("fiber-pool-give", self._run,
-                                         fails=threads.end_process)
+            self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
+            self._up.wait()  # (a thread dying as it starts fails the first batch)
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died (in it): recalls go unanswered, so the worker cannot tell
+        which tasks the master takes back; every task it has not started fails with
+        ``error`` instead of running (:func:`run_batch`), so the waiting call raises."""
+        self.error = error
+        self._up.set()
 
     def begin(self, task_id: int) -> bool:
         """Whether to run ``task_id`` (False: it was given back); it counts as started."""
@@ -320,6 +331,7 @@ class Giver:
     def _run(self) -> None:
         ctx = self._ctx
         opening = GIVE + _HEADER.pack(self._worker_id, 0) + serialization.dumps([])
+        self._up.set()
         try:
             while True:
                 with self._changed:
