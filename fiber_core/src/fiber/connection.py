@@ -275,8 +275,8 @@ class Connection:
             if self._watch is not None:
                 self._watch.refresh()
             return serialization.Shared(memoryview(reply)[1:])
-        if reply[:1] == CLOSED:
-            raise EOFError
+        if reply[:1] == CLOSED:  # (after the kind: why, when a failure closed it)
+            raise EOFError(bytes(reply[1:]).decode("utf-8", "replace"))
         raise OSError(f"unexpected reply {reply[:1]!r}")
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:

@@ -14,8 +14,8 @@ from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, T
 __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
-    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "ForkedProcessError",
-    "JobCreationError",
+    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
+    "ForkedProcessError", "JobCreationError",
     "ProcessError", "ProcessStartError", "RemoteError", "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
 ]
@@ -45,6 +45,21 @@ class ProcessStartError(ProcessError):
 
 class WorkerLostError(ProcessError):
     """A Pool task failed because every worker that ran it died (a "poison" task)."""
+
+
+class FiberThreadError(RuntimeError):
+    """A thread fiber started died of an uncaught exception, and the call raising this
+    depended on it (a pool's supervisor, a queue's watcher, ...). The message names the
+    thread and its exception; ``thread`` is the thread's name and ``__cause__`` the
+    exception (in the process where the thread ran: a pickled copy keeps the message
+    and ``thread`` only). Started through :mod:`fiber.threads`."""
+
+    def __init__(self, message: str, thread: str = "") -> None:
+        super().__init__(message)
+        self.thread = thread
+
+    def __reduce__(self) -> tuple[type[FiberThreadError], tuple[str, str]]:
+        return type(self), (str(self.args[0]) if self.args else "", self.thread)
 
 
 # -- the wire -----------------------------------------------------------------------------

@@ -41,7 +41,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fiber import util
+from fiber import threads, util
 from fiber._version import __version__
 from fiber.backend.local.records import check_private, start_time
 from fiber.errors import NotPrivateError
@@ -84,8 +84,8 @@ class StatusChannel:
             return
         # answered from a thread of its own: the hub's thread, which serves every
         # channel, must not wait for a pool's lock (held while a large map is queued)
-        threading.Thread(target=_answer, args=(request,), name="fiber-status",
-                         daemon=True).start()
+        threads.start("fiber-status", _answer, request,
+                      fails=lambda error: request.reply(str(error).encode(), ERROR))
 
     def peer_gone(self, peer: int) -> None:
         pass

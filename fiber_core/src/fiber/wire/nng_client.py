@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 import pynng
 
+from fiber import threads
 from fiber.errors import AuthenticationError, ConnectionLostError
 from fiber.wire import auth
 from fiber.wire.framing import check_reply, request_frame
@@ -72,7 +73,8 @@ class Client:
 
     def _removed(self, pipe: pynng.Pipe) -> None:
         self.lost = True
-        threading.Thread(target=self.close, daemon=True).start()
+        threads.start("fiber-nng-close", self.close,
+                      exempt="closes a connection already lost (on_lost below tells its users)")
         if self._on_lost is not None:
             self._on_lost()
 

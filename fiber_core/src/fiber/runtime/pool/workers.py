@@ -47,7 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from fiber import util
+from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
 from fiber.runtime import popen, retry, run, submit
@@ -128,10 +128,10 @@ class WorkerSet:
         self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
                                                self._backend, STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
-        self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
-                                            args=(weakref.ref(self), changed),
-                                            name="fiber-pool-supervisor")
-        self._supervisor.start()
+        ref = weakref.ref(self)
+        self._supervisor = threads.start("fiber-pool-supervisor", WorkerSet._supervise,
+                                         ref, changed,
+                                         fails=lambda error: WorkerSet._supervisor_died(ref, error))
 
     # -- keeping the size -----------------------------------------------------------
     @staticmethod
@@ -158,6 +158,14 @@ class WorkerSet:
                 except RuntimeError:  # terminated meanwhile
                     return
             del workers
+
+    @staticmethod
+    def _supervisor_died(ref: weakref.ref[WorkerSet], error: BaseException) -> None:
+        """No worker will be started or replaced: the pool is broken (its queued
+        tasks and later calls fail with ``error``)."""
+        workers = ref()
+        if workers is not None:
+            workers._break(error)
 
     def _plan(self) -> list[Worker] | None:
         """Workers to start now ([] for none), or None when supervising is over.
