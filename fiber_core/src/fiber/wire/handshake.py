@@ -9,7 +9,7 @@ the messages:
   message the connection sends goes to :meth:`HubHandshake.step`, which returns the
   reply to send back and records the verdict (``accepted``, or ``refused`` and why).
   The nng hub drives it from its event loop (one object per pipe), the stream listener
-  from the blocking thread it runs per new connection.
+  from its gate (:mod:`fiber.wire.gate`: one thread for every pending connection).
 - the connecting side is one function, :func:`prove`, given the wire's request/reply
   exchange.
 
