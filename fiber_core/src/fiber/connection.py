@@ -348,8 +348,18 @@ class Listener(_mp_connection.Listener):
             # strangers wait at a gate, not in accept(): see accept()
             self._key = key
             self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
-            self._gate = Gate("listener", self._admitted)
+            self._gate = Gate("listener", self._admitted, on_death=self._gate_died)
             self._gate.listen(inner._socket, self._admission)
+
+    def _gate_died(self, error: BaseException) -> None:
+        """Nothing can be admitted any more: accept() raises the error, clients
+        connecting are refused at once."""
+        self._ready.put(error)
+        inner: Any = getattr(self, "_listener", None)
+        try:
+            inner._socket.close()
+        except (AttributeError, OSError):
+            pass
 
     def _admission(self, sock: socket.socket) -> MpAdmission:
         admission = MpAdmission(self._key, peer_name(sock), "a fiber Listener")

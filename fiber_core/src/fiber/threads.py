@@ -64,6 +64,7 @@ KINDS: dict[str, str] = {
     "fiber-forkserver": "reads the local backend's template process",
     "fiber-timers": "runs the hub's deadlines (timeouts, heartbeat checks)",
     "fiber-nng-close": "closes an nng connection whose peer went away",
+    "fiber-gate": "admits a listener's new connections through their handshakes",
     # a job's runtime
     "fiber-heartbeat": "a job's heartbeat with its parent",
     "fiber-output": "sends a job's stdout or stderr to its parent",

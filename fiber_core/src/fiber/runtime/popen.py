@@ -370,7 +370,10 @@ class JobPopen:
                 except Exception:  # noqa: BLE001
                     logger.debug("reading logs of job %s failed", self.job.id, exc_info=True)
                 reason = f" ({status.reason})" if status.reason else ""
-                if killed(code):
+                failure = getattr(self.hub, "failure", None)
+                if failure is not None:
+                    hint = f" (this process no longer admits its jobs: {failure})"
+                elif killed(code):
                     # ended from outside: nothing says the job itself is at fault
                     hint = ", ended from outside"
                 else:
@@ -382,6 +385,8 @@ class JobPopen:
                     f"connected back to this process{hint}"
                     + (f"\n--- job output ---\n{logs}" if logs.strip() else ""),
                     status.exitcode, status.reason, logs)
+                if failure is not None:
+                    self.start_error.__cause__ = failure
                 if killed(code):
                     logger.warning("%s", self.start_error)
                 else:

@@ -38,7 +38,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from fiber.errors import AuthenticationError
+from fiber import threads
+from fiber.errors import AuthenticationError, FiberThreadError
 
 __all__ = ["DEADLINE", "MAX_PENDING", "Admission", "FramedAdmission", "Gate",
            "RateLimitedLog", "admit_blocking"]
@@ -173,7 +174,8 @@ class Gate:
     non-blocking; the callback owns it from then on, and must not block)."""
 
     def __init__(self, name: str, admitted: Callable[[socket.socket, Admission], None],
-                 *, deadline: float = DEADLINE, max_pending: int = MAX_PENDING) -> None:
+                 *, deadline: float = DEADLINE, max_pending: int = MAX_PENDING,
+                 on_death: Callable[[FiberThreadError], None] | None = None) -> None:
         self.name = name
         self._admitted = admitted
         self.deadline = deadline
@@ -192,9 +194,18 @@ class Gate:
         self._added: list[tuple[socket.socket, Callable[[socket.socket], Admission]]] = []
         self._closed = False
         self.evicted = 0  # connections closed to make room (for tests and the log)
-        self._thread = threading.Thread(target=self._run, name=f"fiber-gate-{name}",
-                                        daemon=True)
-        self._thread.start()
+        self.failure: FiberThreadError | None = None  # why the gate's thread died
+        self._on_death = on_death
+        # its loop survives every error; should the thread die anyway (fiber.threads),
+        # the owner is told (on_death) and closes its listener: connecting peers are
+        # then refused at once instead of waiting for a handshake nobody drives
+        self._thread = threads.start("fiber-gate", self._run, name=f"fiber-gate-{name}",
+                                     fails=self._died)
+
+    def _died(self, error: FiberThreadError) -> None:
+        self.failure = error
+        if self._on_death is not None:
+            self._on_death(error)
 
     @property
     def pending(self) -> int:

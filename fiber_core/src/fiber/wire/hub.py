@@ -178,6 +178,12 @@ class Hub:
                 logger.exception("peer_gone handler failed")
 
     @property
+    def failure(self) -> BaseException | None:
+        """Why this hub's stream listener stopped admitting connections (its gate's
+        thread died), or None."""
+        return self._stream.failure if self._stream is not None else None
+
+    @property
     def stream_started(self) -> bool:
         """Whether the stream listener runs (:attr:`stream_address` starts it)."""
         return self._stream is not None

@@ -156,8 +156,18 @@ class Listener:
     def admit(self, authkey: bytes, what: str = "a manager's server") -> None:
         """Authenticate connections with ``authkey`` on a gate from now on."""
         key = bytes(authkey)
-        self._gate = Gate("manager", self._take)
+        self._gate = Gate("manager", self._take, on_death=self._gate_died)
         self._gate.listen(self._sock, lambda sock: MpAdmission(key, peer_name(sock), what))
+
+    def _gate_died(self, error: BaseException) -> None:
+        """Nothing can be admitted any more: stop (proxies connecting are refused at
+        once, and the server's accepting loop ends)."""
+        self.closed = True
+        self._admitted.put(None)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
 
     def _take(self, sock: socket.socket, admission: Any) -> None:
         sock.setblocking(True)

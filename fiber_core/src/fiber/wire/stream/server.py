@@ -256,7 +256,9 @@ class StreamListener:
         self._thread = threading.Thread(target=self._run, name="fiber-stream", daemon=True)
         self._thread.start()
         # strangers are held at the gate until they prove the run's secret
-        self.gate = Gate("stream", self._admitted, deadline=AUTH_TIMEOUT)
+        self.failure: BaseException | None = None  # why it stopped admitting, if it did
+        self.gate = Gate("stream", self._admitted, deadline=AUTH_TIMEOUT,
+                         on_death=self._gate_died)
         for listening in (self._sock, self._local):
             if listening is not None:
                 self.gate.listen(listening, self._admission)
@@ -272,6 +274,17 @@ class StreamListener:
         with self._lock:
             self._writers.add(conn)
         self._wake()
+
+    def _gate_died(self, error: BaseException) -> None:
+        """No connection can be admitted any more: close the listening sockets, so
+        that jobs connecting are refused at once (their start fails naming this)."""
+        self.failure = error
+        for listening in (self._sock, self._local):
+            if listening is not None:
+                try:
+                    listening.close()
+                except OSError:
+                    pass
 
     # -- admitting (on the gate's thread) ----------------------------------------------
     def _admission(self, sock: socket.socket) -> StreamAdmission:
