@@ -122,8 +122,11 @@ def test_run_returns_when_the_job_ends(tmp_path):
     # best of three: a loaded machine may slow one; the interpreter starts twice
     assert min(times) < 1.0, times
     uid = os.getuid()
-    assert [p.name for p in tmp_path.iterdir()] == [f"fiber-local-jobs-{uid}"]
+    # the private directories of the job records and run records stay, empty
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f"fiber-local-jobs-{uid}",
+                                                          f"fiber-runs-{uid}"]
     assert list((tmp_path / f"fiber-local-jobs-{uid}").iterdir()) == []
+    assert list((tmp_path / f"fiber-runs-{uid}").iterdir()) == []
 
 
 def _wait_for(predicate, timeout=60.0, what="the condition"):

@@ -58,6 +58,7 @@ def test_steps_of_a_program_with_a_child_and_a_queue(run_script):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0] == "from the child"
-    assert lines[1] == "children local logs mailboxes connections"
+    # (run records: the run's record for fiber clean, removed after the children)
+    assert lines[1] == "children local logs mailboxes run records connections"
     assert lines[2:] == ["exit:children", "exit:local logs", "exit:mailboxes",
-                         "exit:connections"]
+                         "exit:run records", "exit:connections"]

@@ -61,3 +61,57 @@ def test_child_gets_secret_only_through_its_environment():
     key = fiber.current_process().authkey
     assert isinstance(key, bytes) and len(key) == 32
     assert os.environ.get("_FIBER_AUTHKEY") in (None, key.hex())
+
+
+def _task_child_sees_secret() -> bool:
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c",
+                          "import os; print('_FIBER_AUTHKEY' in os.environ)"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip() == "True"
+
+
+def test_programs_a_task_starts_do_not_inherit_the_secret():
+    """A job takes the run's secret out of its environment once read: a shell command
+    or simulator its task starts does not carry it (in /proc/PID/environ)."""
+    with fiber.Pool(1) as pool:
+        assert pool.apply(_task_child_sees_secret) is False
+    q = fiber.Queue()
+    p = fiber.Process(target=lambda: q.put(_task_child_sees_secret()))
+    p.start()
+    assert q.get(timeout=60) is False
+    p.join(30)
+
+
+@pytest.mark.parametrize("squat", ["mode", "owner"])
+def test_a_status_directory_that_is_not_private_is_refused_loudly(tmp_path, squat):
+    """Someone made the user's status directory before the user did (mode 0777, or
+    owned by another user): a program does not register there, with a warning, and
+    `fiber top` says why it cannot look and where."""
+    import subprocess
+    import sys
+
+    path = tmp_path / f"fiber-status-{os.getuid()}"
+    path.mkdir()
+    if squat == "mode":
+        path.chmod(0o777)
+    else:
+        os.chown(path, 65534, 65534)
+        path.chmod(0o755)
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    program = ("import fiber\n"
+               "if __name__ == '__main__':\n"
+               "    with fiber.Pool(1) as pool:\n"
+               "        print(pool.apply(abs, (-3,)))\n")
+    run = subprocess.run([sys.executable, "-c", program], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "3", run.stderr
+    assert str(path) in run.stderr and "not a directory private to this user" in run.stderr
+    assert os.listdir(path) == []  # nothing written there
+    top = subprocess.run([sys.executable, "-m", "fiber", "top", "--list"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert top.returncode == 1
+    assert str(path) in top.stderr and "not a directory private to this user" in top.stderr
+    assert ("lets other users in" if squat == "mode" else "belongs to user id 65534") \
+        in top.stderr

@@ -7,6 +7,10 @@ the jobs:
   :class:`~fiber.backend.TransientBackendError` (as an API server's 503 would);
 * ``FAULTY_CREATE_PERMANENT=1``: every ``create_job`` raises
   :class:`~fiber.backend.JobCreationError` (as a refused request would);
+* ``FAULTY_CREATE_PERMANENT_AFTER=N``: the first N ``create_job`` calls of the process
+  create their jobs, every later one raises :class:`~fiber.backend.JobCreationError`
+  (a quota reached part way through a pool's start; with ``FAULTY_START_DELAY`` the
+  refusal comes when the job would have arrived);
 * ``FAULTY_CREATE_MISCONFIGURED=1``: every ``create_job`` raises
   :class:`~fiber.backend.ClusterUnreachableError` with ``transient=False`` (as a
   missing key file or kubeconfig would);
@@ -76,6 +80,7 @@ class FaultyBackend(LocalBackend):
                                           transient=False)
         with _lock:
             _creates += 1
+            refused = _creates > int(os.environ.get("FAULTY_CREATE_PERMANENT_AFTER", "-1")) >= 0
             transient = _creates <= int(os.environ.get("FAULTY_CREATE_TRANSIENT", "0"))
             if transient:
                 injected_create_failures += 1
@@ -90,6 +95,9 @@ class FaultyBackend(LocalBackend):
                 arrival = _first_create + _delayed * delay
                 _delayed += 1
             time.sleep(max(0.0, arrival - time.monotonic()))
+        if refused:
+            raise JobCreationError("injected: the cluster refused the job (quota reached "
+                                   "after the first jobs)")
         job = super().create_job(spec)
         _created[job.id] = time.monotonic()
         return job

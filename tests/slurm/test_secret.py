@@ -25,7 +25,10 @@ from fiber_slurm.backend import secrets_path
 
 
 def _report(q, go):
-    key = os.environ.get("_FIBER_AUTHKEY", "")
+    # the job holds the run's secret, and took it out of its environment once read (so
+    # the programs its tasks start do not inherit it)
+    key = ("still in the environment" if "_FIBER_AUTHKEY" in os.environ
+           else auth.get_authkey().hex())
     q.put((hashlib.sha256(key.encode()).hexdigest(), os.environ.get("_FIBER_SECRETS_FILE")))
     go.get()
     q.put("authenticated")

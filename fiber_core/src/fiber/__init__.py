@@ -48,6 +48,7 @@ _WHERE = {
     "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
     "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",
     "RemoteError": "fiber.errors", "WorkerLostError": "fiber.errors",
+    "FiberThreadError": "fiber.errors",
 }
 
 __all__ = list(_WHERE)
@@ -87,6 +88,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         AuthenticationError,
         BufferTooShort,
         ConnectionLostError,
+        FiberThreadError,
         ProcessError,
         ProcessStartError,
         RemoteError,

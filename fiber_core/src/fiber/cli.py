@@ -5,7 +5,9 @@
 ``fiber run -- CMD ...`` run CMD itself as a job on the selected backend, stream its
                          output, exit with its exit code; Ctrl-C terminates the job
 ``fiber jobs``           fiber's jobs on the selected backend, whichever process made them
-``fiber clean``          terminate and remove them (``--run ID`` for one run only)
+``fiber clean``          end the jobs of ended programs (orphans) and remove what those
+                         programs left on this machine; ``--run ID`` ends one run's
+                         jobs, ``--all`` every job (after a question; ``--yes``)
 ``fiber top``            a live view of a running program's pools (:mod:`fiber.top`)
 ``fiber --version``      the versions of fiber-core and of the installed plugins
 
@@ -27,7 +29,7 @@ from typing import Any
 from fiber._version import __version__
 from fiber.backend import Backend, Job, JobSpec, JobState, registry
 from fiber.errors import BackendError, BackendNotFoundError, ConfigError
-from fiber.runtime import config
+from fiber.runtime import config, leftovers, runs
 
 DESCRIPTION = """\
 Run programs as fiber jobs and look after their jobs. A fiber program's processes
@@ -39,6 +41,7 @@ EPILOG = """examples:
   fiber run -- python main.py                 run main.py as a job (local backend)
   fiber run --backend docker --image img -- python main.py
   fiber jobs                                  fiber's jobs on the selected backend
+  fiber clean                                 end orphaned jobs, remove leftovers
   fiber clean --run 3f2a9c0d1e4b              end the jobs of one run
   fiber top                                   live view of a running program's pools
 """
@@ -125,6 +128,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
                    cpu=settings.get("cpu"), memory=settings.get("memory"),
                    gpu=settings.get("gpu"), name="fiber-run",
                    labels={"fiber.run": run, "fiber.parent": "cli"})
+    # this process is the run's main process until its job (the program) runs
+    runs.register(run, backend.name)
     job = backend.create_job(spec)
     interrupted = False
 
@@ -176,6 +181,54 @@ def _none_found(backend: Backend, args: argparse.Namespace) -> str:
     return f"no fiber jobs{which} on the {backend.name} backend"
 
 
+def _by_run(jobs: list[Job]) -> dict[str, list[Job]]:
+    found: dict[str, list[Job]] = {}
+    for job in jobs:
+        found.setdefault(job.spec.labels["fiber.run"], []).append(job)
+    return found
+
+
+def _run_states(backend: Backend, jobs: list[Job],
+                records: list[runs.RunRecord]) -> dict[str, runs.State]:
+    """Each run's state (:func:`fiber.runtime.runs.state`); a run whose program is the
+    job of a ``fiber run`` (label ``fiber.parent=cli``) is live while that job runs,
+    whatever became of the ``fiber run`` process."""
+    states = {}
+    for run, mine in _by_run(jobs).items():
+        states[run] = runs.state(run, records)
+        if states[run] == runs.ENDED and any(
+                j.spec.labels.get("fiber.parent") == "cli"
+                and backend.status(j).state in (JobState.PENDING, JobState.RUNNING)
+                for j in mine):
+            states[run] = runs.LIVE
+    return states
+
+
+def _ended_pids(records: list[runs.RunRecord], run: str | None) -> set[int] | None:
+    """The pids of the ended main processes of ``run`` (what its leftovers name);
+    None (everything ended) without a run."""
+    if run is None:
+        return None
+    return {r.pid for r in records if r.run == run and r.here() and not r.alive()}
+
+
+def _left_alone(states: dict[str, runs.State], jobs: list[Job]) -> str:
+    counts = {run: len(mine) for run, mine in _by_run(jobs).items()}
+    runs_text = ", ".join(
+        f"{run} ({_plural(n, 'job')}"
+        + ("" if states[run] == runs.LIVE else ", its program is not known on this "
+           "machine: it may run elsewhere") + ")"
+        for run, n in sorted(counts.items()))
+    return (f"left alone {_plural(len(jobs), 'job')} of {_plural(len(counts), 'run')} "
+            f"whose program is running or not known to have ended: {runs_text}. "
+            "`fiber clean --run ID` ends one run's jobs, `fiber clean --all` every "
+            "fiber job")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _cmd_jobs(args: argparse.Namespace) -> int:
     backend, jobs = _matching_jobs(args)
     if not jobs:
@@ -184,23 +237,81 @@ def _cmd_jobs(args: argparse.Namespace) -> int:
         status = backend.status(job)
         print(f"{job.id}  {status.state.value:<9}  run={job.spec.labels.get('fiber.run')}  "
               f"{job.spec.name}")
+    records = list(runs.read_all())
+    states = _run_states(backend, jobs, records)
+    orphans = [run for run, state in states.items() if state == runs.ENDED]
+    if orphans:
+        count = sum(len(m) for r, m in _by_run(jobs).items() if r in orphans)
+        print(f"{_plural(count, 'job')} of ended programs (runs {', '.join(orphans)}): "
+              "`fiber clean` ends them")
+    found = leftovers.find(_ended_pids(records, args.run))
+    if found:
+        print(f"left by ended programs: {found.describe()}: `fiber clean` removes them")
     return 0
 
 
-def _cmd_clean(args: argparse.Namespace) -> int:
-    backend, jobs = _matching_jobs(args)
-    if not jobs:
-        print(_none_found(backend, args) + ": nothing to clean")
-    failed = 0
+def _confirm(question: str) -> bool:
+    try:
+        answer = input(question + " [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _end(backend: Backend, jobs: list[Job]) -> list[Job]:
+    """Kill and release ``jobs``; those that did not end."""
+    failed = []
     for job in jobs:
         backend.terminate(job, force=True)
         if backend.wait(job, 30) is None:
             print(f"fiber clean: job {job.id} has not ended 30 s after it was killed",
                   file=sys.stderr)
-            failed += 1
+            failed.append(job)
             continue
         backend.release(job)
         print(f"removed {job.id}")
+    return failed
+
+
+def _cmd_clean(args: argparse.Namespace) -> int:
+    if args.all and not args.yes and not sys.stdin.isatty():
+        print("fiber clean --all ends the jobs of running programs too and asks first, "
+              "but there is no terminal to ask on: pass --yes to end them "
+              "(fiber clean --all --yes), or end one run's jobs with --run ID",
+              file=sys.stderr)
+        return 2
+    backend, jobs = _matching_jobs(args)
+    records = list(runs.read_all())
+    states = _run_states(backend, jobs, records)
+    if args.run or args.all:
+        chosen, kept = jobs, []
+    else:  # only the orphans: jobs whose program is known to have ended
+        chosen = [j for j in jobs if states[j.spec.labels["fiber.run"]] == runs.ENDED]
+        kept = [j for j in jobs if j not in chosen]
+    if args.all and chosen and not args.yes:
+        live = [r for r, state in states.items() if state != runs.ENDED]
+        if not _confirm(f"end {_plural(len(chosen), 'fiber job')} of "
+                        f"{_plural(len(states), 'run')} on the {backend.name} backend, "
+                        f"of which {_plural(len(live), 'run')} may still be running "
+                        f"({', '.join(live) or 'none'})?"):
+            print("nothing ended")
+            return 1
+    failed = _end(backend, chosen)
+    if kept:
+        print(_left_alone(states, kept))
+    # what ended programs left on this machine
+    removed = leftovers.remove(_ended_pids(records, args.run))
+    if removed:
+        print(f"removed what ended programs left: {removed.describe()}")
+    if not jobs and not removed:
+        print(_none_found(backend, args) + ": nothing to clean")
+    # the records of ended runs none of whose jobs is left on this backend
+    left_runs = {j.spec.labels["fiber.run"] for j in kept + failed}
+    for record in records:
+        if (record.backend == backend.name and record.run not in left_runs
+                and (not args.run or record.run == args.run)
+                and record.here() and runs.state(record.run, records) == runs.ENDED):
+            runs.forget(record)
     return 1 if failed else 0
 
 
@@ -265,16 +376,31 @@ def parser() -> argparse.ArgumentParser:
     for name, func, text, more in (
             ("jobs", _cmd_jobs, "list fiber's jobs on the backend",
              "List fiber's jobs on the backend, whichever process created them: id, "
-             "state, run id and name."),
-            ("clean", _cmd_clean, "terminate and remove fiber's jobs on the backend",
-             "Kill fiber's jobs on the backend, whichever process created them, and "
-             "remove what the cluster keeps of them. A program whose jobs are killed "
-             "sees them die (a Pool replaces its workers).")):
+             "state, run id and name; then how many of them belong to programs that "
+             "have ended (orphans), and what ended programs left on this machine "
+             "(shared-memory segments, semaphores, log directories)."),
+            ("clean", _cmd_clean, "end orphaned jobs and remove what ended programs left",
+             "Without options: kill and remove the jobs whose program has ended (its "
+             "main process is gone: killed, or its jobs outlived it), leave the jobs of "
+             "running programs alone and say which, and remove the shared-memory "
+             "segments, semaphores and log directories that ended programs left on "
+             "this machine. A run whose main process is not known on this machine "
+             "counts as running. --run ID ends one run's jobs, running or not; --all "
+             "every fiber job of the user on the backend, after a question (--yes "
+             "skips it). A program whose jobs are killed sees them die (a Pool "
+             "replaces its workers).")):
         p = sub.add_parser(name, help=text, description=more)
         p.add_argument("--backend", metavar="NAME",
                        help="backend to look at (default: the backend setting)")
-        p.add_argument("--run", metavar="ID",
-                       help="only the jobs of this run (the run= column of fiber jobs)")
+        which = p.add_mutually_exclusive_group() if name == "clean" else p
+        which.add_argument("--run", metavar="ID",
+                           help="only the jobs of this run (the run= column of fiber jobs)")
+        if name == "clean":
+            which.add_argument("--all", action="store_true",
+                               help="end every fiber job on the backend, those of "
+                               "running programs too (asks first)")
+            p.add_argument("--yes", action="store_true",
+                           help="with --all: do not ask (for scripts)")
         p.set_defaults(func=func)
     _add_top(sub)
     return top

@@ -42,6 +42,8 @@ Process sentinels, sockets, multiprocessing's Connections and raw descriptors.
 
 from __future__ import annotations
 
+import queue
+import socket
 import threading
 import weakref
 from collections.abc import Callable
@@ -49,12 +51,14 @@ from multiprocessing import connection as _mp_connection
 from multiprocessing.connection import answer_challenge, deliver_challenge, wait
 from typing import TYPE_CHECKING, Any
 
-from fiber.errors import BufferTooShort
+from fiber.errors import AuthenticationError, BufferTooShort
 from fiber.runtime import readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, hold_while_forked, keep_in_child
 from fiber.runtime.mailbox import CLOSED, EMPTY, ITEM, SHARED, encode, reader_host
+from fiber.runtime.managers.admission import MpAdmission, peer_name
 from fiber.runtime.pipes import PipeChannel, record_transit
 from fiber.wire import auth, serialization
+from fiber.wire.gate import Gate
 from fiber.wire.protocol import PIPE_SIDE as _SIDE
 from fiber.wire.protocol import PIPE_TOKEN as _TOKEN
 from fiber.wire.protocol import MailboxOp as Op
@@ -271,8 +275,8 @@ class Connection:
             if self._watch is not None:
                 self._watch.refresh()
             return serialization.Shared(memoryview(reply)[1:])
-        if reply[:1] == CLOSED:
-            raise EOFError
+        if reply[:1] == CLOSED:  # (after the kind: why, when a failure closed it)
+            raise EOFError(bytes(reply[1:]).decode("utf-8", "replace"))
         raise OSError(f"unexpected reply {reply[:1]!r}")
 
     def recv_bytes(self, maxlength: int | None = None) -> bytes:
@@ -336,6 +340,75 @@ class Listener(_mp_connection.Listener):
             address, family = (run.listen_host(), 0), "AF_INET"
         super().__init__(address, family, backlog,
                          auth.get_authkey() if authkey is None else authkey)
+
+        self._gate: Gate | None = None
+        inner = getattr(self, "_listener", None)
+        key: bytes | None = getattr(self, "_authkey", None)
+        if key and inner is not None and hasattr(inner, "_socket"):
+            # strangers wait at a gate, not in accept(): see accept()
+            self._key = key
+            self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
+            self._gate = Gate("listener", self._admitted, on_death=self._gate_died)
+            self._gate.listen(inner._socket, self._admission)
+
+    def _gate_died(self, error: BaseException) -> None:
+        """Nothing can be admitted any more: accept() raises the error, clients
+        connecting are refused at once."""
+        self._ready.put(error)
+        inner: Any = getattr(self, "_listener", None)
+        try:
+            inner._socket.close()
+        except (AttributeError, OSError):
+            pass
+
+    def _admission(self, sock: socket.socket) -> MpAdmission:
+        admission = MpAdmission(self._key, peer_name(sock), "a fiber Listener")
+        address = _address_of(sock)
+        admission.on_wrong_key = lambda: self._ready.put(
+            AuthenticationError("digest received was wrong"))
+        admission.address = address  # type: ignore[attr-defined]
+        return admission
+
+    def _admitted(self, sock: socket.socket, admission: Any) -> None:
+        sock.setblocking(True)
+        self._ready.put((_mp_connection.Connection(sock.detach()), admission.address))
+
+    def accept(self) -> _mp_connection.Connection:
+        """The next connection, authenticated as multiprocessing's ``accept()`` does,
+        except that the handshakes run on a gate (:mod:`fiber.wire.gate`) rather than
+        in this call: many clients authenticate at once, each within
+        :data:`fiber.wire.gate.DEADLINE` seconds (10), with 256-byte messages, and a
+        stranger that stays silent or sends what is not a handshake is closed without
+        reaching this call. A client that answers with a wrong key raises
+        :class:`multiprocessing.AuthenticationError` here, as multiprocessing's does.
+        So no peer can hold up the clients behind it."""
+        if self._gate is None:
+            return super().accept()
+        inner: Any = getattr(self, "_listener", None)
+        if inner is None:
+            raise OSError("listener is closed")
+        got = self._ready.get()
+        if got is None:
+            self._ready.put(None)
+            raise OSError("listener is closed")
+        if isinstance(got, BaseException):
+            raise got
+        conn, address = got
+        inner._last_accepted = address
+        return conn
+
+    def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+            self._ready.put(None)
+        super().close()
+
+
+def _address_of(sock: socket.socket) -> Any:
+    try:
+        return sock.getpeername()
+    except OSError:
+        return None
 
 
 def Client(address: Any, family: str | None = None,

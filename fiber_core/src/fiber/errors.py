@@ -12,9 +12,10 @@ import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 
 __all__ = [
+    "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
-    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "ForkedProcessError",
-    "JobCreationError",
+    "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
+    "ForkedProcessError", "JobCreationError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -22,6 +23,13 @@ __all__ = [
 
 
 # -- the API and the runtime ------------------------------------------------------------
+class NotPrivateError(PermissionError):
+    """A directory where fiber keeps what only this user may read or write (program
+    registrations holding the run's secret, records of processes to signal) exists but
+    is not private to this user: another user made it, or can write or read in it.
+    fiber does not use it; the message names it and says what to do."""
+
+
 class ProcessStartError(ProcessError):
     """A job-backed process ended before it connected back to its parent: its job
     could not run fiber's bootstrap (wrong image or Python, missing package, another
@@ -47,6 +55,21 @@ class ResultUnpicklingError(pickle.UnpicklingError):
     arguments or its place in the map) and ``__cause__`` is what unpickling raised. The
     task ran, and is not run again; its worker goes on. multiprocessing has no such
     error: its result handler thread dies there, and the pool hangs."""
+
+
+class FiberThreadError(RuntimeError):
+    """A thread fiber started died of an uncaught exception, and the call raising this
+    depended on it (a pool's supervisor, a queue's watcher, ...). The message names the
+    thread and its exception; ``thread`` is the thread's name and ``__cause__`` the
+    exception (in the process where the thread ran: a pickled copy keeps the message
+    and ``thread`` only). Started through :mod:`fiber.threads`."""
+
+    def __init__(self, message: str, thread: str = "") -> None:
+        super().__init__(message)
+        self.thread = thread
+
+    def __reduce__(self) -> tuple[type[FiberThreadError], tuple[str, str]]:
+        return type(self), (str(self.args[0]) if self.args else "", self.thread)
 
 
 # -- the wire -----------------------------------------------------------------------------

@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from fiber import util
+from fiber.errors import ProcessError
 from fiber.runtime import run
 from fiber.runtime.managers import server, stdlib, sync
 from fiber.runtime.managers.connection import SERIALIZER, RemoteTraceback, share_authkey
@@ -42,6 +43,7 @@ from fiber.runtime.managers.proxies import (
     AutoProxy,
     BaseProxy,
 )
+from fiber.runtime.managers.serving import FiberServer
 from fiber.shared_memory import SharedMemoryManager
 from fiber.wire import auth
 
@@ -71,6 +73,8 @@ class BaseManager(stdlib.BaseManager):
     """
 
     _default_proxy = staticmethod(AutoProxy)
+    # the server authenticates on a gate (runtime/managers/serving.py)
+    _Server = FiberServer
 
     if TYPE_CHECKING:  # set by the standard library's BaseManager (see runtime.managers.stdlib)
         _address: tuple | None
@@ -111,7 +115,10 @@ class BaseManager(stdlib.BaseManager):
         """A server to run in this process (``serve_forever()``)."""
         if self._address is None:
             self._address = (run.listen_host(), 0)
-        return super().get_server()
+        if self._state.value == stdlib.State.SHUTDOWN:
+            raise ProcessError("Manager has shut down")
+        server.check_startable(self._state)
+        return FiberServer(self._registry, self._address, self._authkey, self._serializer)
 
     def start(self, initializer: Callable[..., object] | None = None,
               initargs: Iterable[Any] = ()) -> None:

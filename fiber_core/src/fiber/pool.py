@@ -34,7 +34,7 @@ from fiber import util
 from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
-from fiber.runtime import config, progress, run, status
+from fiber.runtime import arguments, config, progress, run, status
 from fiber.runtime.pool import feeder, observe
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
@@ -143,6 +143,13 @@ def _worker_process(address: str, cid: int, initializer: Callable[..., object] |
                          resources=None if resources is None else resources.scaled(len(wids)))
 
 
+def _check_callbacks(callback: object, error_callback: object) -> None:
+    """Callbacks are checked at the call (multiprocessing's result thread dies on one
+    that is not callable, and its pool hangs)."""
+    arguments.callable_or_none("callback", callback)
+    arguments.callable_or_none("error_callback", error_callback)
+
+
 def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
                 feed: Feeder) -> None:
     """A feeder's thread ends (it holds the pool's parts, not the pool)."""
@@ -188,15 +195,20 @@ class Pool:
         run.check_not_importing_main()
         if processes is None:
             processes = os.cpu_count() or 1
-        if processes < 1:
-            raise ValueError("Number of processes must be at least 1")
+        # checked here as multiprocessing checks it (a float reaching the supervisor
+        # thread killed it, and map waited for ever)
+        processes = arguments.pool_size(processes)
         if maxtasksperchild is not None and (
                 not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
             raise ValueError("maxtasksperchild must be a positive int or None")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        self._min = min_processes or 1
-        self._max = max_processes
+        self._min = 1 if min_processes is None else arguments.positive_int(
+            "min_processes", min_processes)
+        self._max = None if max_processes is None else arguments.positive_int(
+            "max_processes", max_processes)
+        if max_task_attempts is not None:
+            arguments.positive_int("max_task_attempts", max_task_attempts)
         self._check_size(processes)
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
@@ -267,9 +279,8 @@ class Pool:
 
     def resize(self, processes: int) -> None:
         """fiber extension: grow or shrink the pool while it runs. A worker that is let
-        go finishes the tasks it holds first."""
-        if processes < 1:
-            raise ValueError("Number of processes must be at least 1")
+        go finishes the tasks it holds first. Checked as ``Pool(processes)`` is."""
+        processes = arguments.pool_size(processes)
         self._check_size(processes)
         self._worker_set.resize(processes)
 
@@ -360,6 +371,7 @@ class Pool:
                     error_callback: Callable[[BaseException], object] | None = None,
                     ) -> ApplyResult[_T]:
         """``func(*args, **kwds)`` in a worker; returns its :class:`AsyncResult`."""
+        _check_callbacks(callback, error_callback)
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
         with self._lock:
             task = self._scheduler.submit_call(func, args, kwds, result)
@@ -370,9 +382,9 @@ class Pool:
                 kind: int, sink: Any) -> Any:
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._scheduler.target * 4)
-            if extra:
-                chunksize += 1
-        chunksize = max(1, int(chunksize))
+            chunksize = max(1, chunksize + (1 if extra else 0))
+        else:  # (multiprocessing's map hangs on a float, returns [] for 0)
+            chunksize = arguments.chunksize(chunksize)
         counted = progress.watch(sink, len(items), self._scheduler) if self._progress \
             else sink
         # submitted a group of chunks at a time, each handed out at once: the workers
@@ -397,6 +409,9 @@ class Pool:
                   error_callback: Callable[[BaseException], object] | None = None,
                   ) -> MapResult[_T]:
         """As :meth:`map`; returns its :class:`MapResult`."""
+        _check_callbacks(callback, error_callback)
+        if chunksize is not None:
+            arguments.chunksize(chunksize)
         # a list, tuple or range is chunked as it is (slices; a range's travel as
         # ranges), anything else read into a list first, as multiprocessing does
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
@@ -414,14 +429,16 @@ class Pool:
                       error_callback: Callable[[BaseException], object] | None = None,
                       ) -> MapResult[_T]:
         """As :meth:`starmap`; returns its :class:`MapResult`."""
+        _check_callbacks(callback, error_callback)
+        if chunksize is not None:
+            arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
         return self._chunks(func, items, chunksize, TaskKind.STARMAP, result)
 
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T]) -> IMapIterator[_T]:
-        if chunksize < 1:
-            raise ValueError(f"Chunksize must be 1+, not {chunksize}")
+        chunksize = arguments.chunksize(chunksize)
         limit = feeder.window(self._scheduler.target, chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change

@@ -29,7 +29,9 @@ from collections.abc import Callable
 from queue import Empty, Full  # raised by get and put, as multiprocessing.queues has them
 from typing import Any, TypeVar
 
-from fiber.runtime import popen_payload, readiness, run
+from fiber import threads
+from fiber.errors import FiberThreadError
+from fiber.runtime import arguments, popen_payload, readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, keep_in_child
 from fiber.runtime.mailbox import (
     ACCEPTED,
@@ -80,8 +82,7 @@ class Queue:
     """A FIFO queue shared by processes, as :class:`multiprocessing.Queue`."""
 
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
-        if maxsize <= 0:
-            maxsize = 0
+        maxsize = arguments.queue_maxsize(maxsize)  # as multiprocessing checks it
         hub = run.hub()
         # its items go with it; served on the stream wire too, for forked children
         cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
@@ -146,7 +147,9 @@ class Queue:
             return serialization.loads(memoryview(reply)[1:])
         if kind == EMPTY:
             raise Empty
-        raise EOFError if kind == CLOSED else ValueError(f"unexpected reply {kind!r}")
+        if kind == CLOSED:  # (after the kind: why, when a failure closed it)
+            raise EOFError(bytes(reply[1:]).decode("utf-8", "replace"))
+        raise ValueError(f"unexpected reply {kind!r}")
 
     def put_nowait(self, obj: Any) -> None:
         self.put(obj, False)
@@ -235,13 +238,19 @@ class QueueReader:
                 weakref.finalize(self, self._watch.close).atexit = False
             return self._watch.fileno()
 
+    def _check_watch(self) -> None:
+        if self._watch is not None and self._watch.error is not None:
+            raise self._watch.error
+
     def recv(self) -> Any:
+        self._check_watch()
         item = self._queue.get()
         if self._watch is not None:
             self._watch.refresh()
         return item
 
     def poll(self, timeout: float | None = 0.0) -> bool:
+        self._check_watch()
         if not self._queue.empty():
             return True
         if timeout is not None and timeout <= 0:
@@ -271,6 +280,7 @@ class _StdlibQueueBridge(Queue):
 
 _bridges: weakref.WeakKeyDictionary[Any, Queue] = weakref.WeakKeyDictionary()
 _bridges_lock = threading.Lock()
+_failed_bridges: weakref.WeakKeyDictionary[Any, FiberThreadError] = weakref.WeakKeyDictionary()
 
 
 def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any, ...]]:
@@ -278,13 +288,27 @@ def bridge_stdlib_queue(std_queue: Any) -> tuple[Callable[..., Queue], tuple[Any
     fiber queue of the same bound, fed from ``std_queue`` by a thread of this process
     (the same one for every job that gets it) until ``std_queue`` is closed."""
     with _bridges_lock:
+        failed = _failed_bridges.get(std_queue)
+        if failed is not None:
+            raise failed
         bridge = _bridges.get(std_queue)
         if bridge is None:
             maxsize = getattr(std_queue, "_maxsize", 0)
             bridge = _bridges[std_queue] = _StdlibQueueBridge(maxsize if maxsize < 2**30 else 0)
-            threading.Thread(target=_feed, args=(std_queue, bridge), daemon=True,
-                             name="fiber-stdlib-queue").start()
+            threads.start("fiber-stdlib-queue", _feed, std_queue, bridge,
+                          fails=lambda error: _bridge_failed(std_queue, bridge, error))
     return bridge.__reduce__()
+
+
+def _bridge_failed(std_queue: Any, bridge: Queue, error: FiberThreadError) -> None:
+    """The feeding thread died: no item comes any more. The jobs given the queue see
+    it closed, their ``get`` raising ``EOFError`` with ``error``'s message (naming the
+    thread), and later jobs get ``error`` when the queue is sent."""
+    with _bridges_lock:
+        _failed_bridges[std_queue] = error
+        _bridges.pop(std_queue, None)
+    if bridge._mailbox is not None:
+        bridge._mailbox.close(str(error))
 
 
 def _feed(std_queue: Any, bridge: Queue) -> None:

@@ -44,7 +44,9 @@ kind, maxvalue, name)`` (reopens a name: the same on Python 3.9-3.13),
 from __future__ import annotations
 
 import _multiprocessing  # CPython private: see above (no stubs: mypy.ini)
+import errno
 import logging
+import os
 import sys
 import threading
 import time
@@ -98,6 +100,10 @@ def _new_semlock(kind: int, value: int, maxvalue: int) -> Any:
     """A new named semaphore of this process (unlinked when ``owner`` goes), or a
     :class:`_LocalSemLock` if this host has no named semaphores."""
     global _warned_local
+    if value < 0 or value > SEM_VALUE_MAX:
+        # what multiprocessing's sem_open raises for it (not a host without named
+        # semaphores: that fallback would make a semaphore of a negative value)
+        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
     for _ in range(100):
         name = "/" + shm.state_name()
         try:

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Any
 
-from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber.errors import AuthenticationError, ConnectionLostError, NotPrivateError
 from fiber.runtime import status
 
 __all__ = ["INSTALL_HINT", "main"]
@@ -188,6 +188,6 @@ def command(args: argparse.Namespace) -> int:
         if args.list:
             return list_programs()
         return main(args)
-    except TopError as exc:
+    except (TopError, NotPrivateError) as exc:
         print(f"fiber top: {exc}", file=sys.stderr)
         return 1

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from fiber import threads
 from fiber.backend.job import Job, JobSpec, JobStatus
 from fiber.backend.resources import Resources
 from fiber.errors import (
@@ -282,11 +283,18 @@ def _each(backend: Backend, items: Sequence[Any], call: Any) -> list[Any]:
                 return
             one(index)
 
-    callers = [threading.Thread(target=caller, name=f"fiber-call-{backend.name}",
-                                daemon=True)
+    def died(error: BaseException) -> None:
+        # the items no caller will take fail with the cause (not None: "no result")
+        while True:
+            with lock:
+                index = next(todo, None)
+            if index is None:
+                return
+            results[index] = error
+
+    callers = [threads.start("fiber-call", caller, name=f"fiber-call-{backend.name}",
+                             fails=died)
                for _ in range(min(len(items), max(1, backend.max_parallel_calls)))]
-    for thread in callers:
-        thread.start()
     for thread in callers:
         thread.join()
     return results

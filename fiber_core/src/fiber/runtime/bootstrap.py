@@ -30,10 +30,11 @@ import sys
 import threading
 import traceback
 
+from fiber import threads
 from fiber.backend.secrets import SecretsFileError, load_secrets
-from fiber.errors import ConnectionLostError
+from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, run
-from fiber.wire import protocol, serialization, transport
+from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
 
 PARENT_GONE_EXIT = 70
@@ -63,9 +64,16 @@ class _Forwarder(io.TextIOBase):
         self._partial = ""
         self._cond = threading.Condition()
         self._sending = False
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"fiber-output-{stream.decode()}")
-        self._thread.start()
+        self._error: FiberThreadError | None = None  # the thread died: writes raise it
+        self._thread = threads.start("fiber-output", self._run, fails=self._died,
+                                     name=f"fiber-output-{stream.decode()}")
+
+    def _died(self, error: FiberThreadError) -> None:
+        with self._cond:
+            self._error = error
+            self._pending.clear()
+            self._sending = False
+            self._cond.notify_all()
 
     def writable(self) -> bool:
         return True
@@ -84,6 +92,8 @@ class _Forwarder(io.TextIOBase):
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
         with self._cond:
+            if self._error is not None:
+                raise self._error
             data = self._partial + text
             cut = data.rfind("\n") + 1
             self._partial = data[cut:]
@@ -180,6 +190,7 @@ def main() -> int:
     except SecretsFileError as exc:
         sys.stderr.write(f"fiber: this job cannot join its run: {exc}\n")
         return 1
+    auth.take_from_environment()  # in memory only: a task's subprocesses do not inherit it
     address = os.environ.pop("_FIBER_PARENT")
     hub_address = os.environ.pop("_FIBER_PARENT_HUB", None)
     channel = int(os.environ.pop("_FIBER_CHANNEL"))
@@ -198,9 +209,9 @@ def main() -> int:
         sys.stderr.write(f"fiber: this job stops: {exc}\n")
         return 1
     # heartbeat first: importing the main module below may take long
-    threading.Thread(target=_heartbeat, name="fiber-heartbeat", daemon=True,
-                     args=(client, channel, cfg.heartbeat_interval,
-                           cfg.heartbeat_timeout)).start()
+    # (without it the parent cannot tell this job alive: the job ends)
+    threads.start("fiber-heartbeat", _heartbeat, client, channel, cfg.heartbeat_interval,
+                  cfg.heartbeat_timeout, fails=threads.end_process)
     prep, payload = pickle.loads(reply)
     out = _Forwarder(client, channel, b"1", sys.stdout)
     err = _Forwarder(client, channel, b"2", sys.stderr)

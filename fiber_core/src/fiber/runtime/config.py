@@ -40,7 +40,7 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
-from fiber.errors import ConfigError
+from fiber.errors import BackendNotFoundError, ConfigError
 
 logger = logging.getLogger("fiber")
 
@@ -242,6 +242,22 @@ def _unknown(key: str, source: str, options: Mapping[str, ConfigOption]) -> Conf
     )
 
 
+def _check_backend(name: Any) -> None:
+    """``fiber.init(backend=name)`` names an installed backend, or raises here (not at
+    the first job), with the closest installed name and how to install it."""
+    import difflib
+
+    installed = registry.backends()
+    if name in installed:
+        return
+    close = difflib.get_close_matches(str(name), list(installed), n=1)
+    mean = f"did you mean {close[0]!r}? " if close else ""
+    raise BackendNotFoundError(
+        f"fiber.init(): no installed plugin provides the fiber backend {name!r} "
+        f"({mean}installed backends: {', '.join(sorted(installed)) or 'none'}); "
+        f"{registry.install_hint(str(name))}")
+
+
 def load(code_settings: Mapping[str, Any] | None = None) -> Config:
     """Compute the effective settings from defaults, files, environment and code."""
     options = {opt.name: opt for opt in [*CORE_OPTIONS, *registry.config_options()]}
@@ -310,6 +326,8 @@ def init(**settings: Any) -> Config:
         merged = dict(_code_settings)
         merged.update(settings)
         cfg = load(merged)  # validates before anything changes
+        if "backend" in settings:
+            _check_backend(cfg.values["backend"])
         _code_settings.clear()
         _code_settings.update(merged)
         if _current is not None and _current.values != cfg.values:

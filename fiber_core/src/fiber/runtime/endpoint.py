@@ -23,6 +23,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from fiber import threads
 from fiber.runtime.mailbox import encode, parse_owner
 from fiber.wire import shm, transport
 from fiber.wire.protocol import MailboxOp
@@ -77,8 +78,8 @@ def _after_fork_in_parent() -> None:
     read_end, write_end = _fork_pipe
     _fork_pipe = None
     os.close(write_end)
-    threading.Thread(target=_release_when_gone, args=(read_end, releases),
-                     name="fiber-fork-holds", daemon=True).start()
+    threads.start("fiber-fork-holds", _release_when_gone, read_end, releases,
+                  exempt="it only frees, late, what a forked child held; its death is logged")
 
 
 def _release_when_gone(read_end: int, releases: list[Callable[[], None]]) -> None:

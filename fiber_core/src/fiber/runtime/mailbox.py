@@ -76,6 +76,10 @@ def encode(op: bytes, timeout: float | None, data: bytes = b"") -> bytes:
 
 
 def decode(payload: memoryview) -> tuple[bytes, float | None, memoryview]:
+    """The op, timeout (None: forever) and data of a request; :class:`ValueError` for
+    a payload shorter than the header (a malformed request)."""
+    if len(payload) < HEADER_SIZE:
+        raise ValueError("a mailbox request shorter than its header")
     op, timeout = _HEADER.unpack_from(payload)
     return op, (None if timeout < 0 else timeout), payload[HEADER_SIZE:]
 
@@ -112,6 +116,7 @@ class Mailbox:
         self._putters: collections.deque[_Waiter] = collections.deque()
         self._pollers: list[_Waiter] = []
         self.closed = False  # no more items will come (the writing end is closed)
+        self.closed_reason = ""  # why, when a failure closed it (see close())
         self.reader_closed = False  # nobody will read: writers get BrokenPipeError
         self.unfinished = 0  # JoinableQueue
         self._joiners: list[_Waiter] = []
@@ -246,7 +251,7 @@ class Mailbox:
             if self.items:
                 return self._take()
             if self.closed:
-                raise EOFError
+                raise EOFError(self.closed_reason)
             if not block or (timeout is not None and timeout <= 0):
                 raise queue.Empty
             waiter = _Waiter(None)
@@ -255,7 +260,7 @@ class Mailbox:
                     or waiter.result is None:
                 waiter.done = True
                 if self.closed:
-                    raise EOFError
+                    raise EOFError(self.closed_reason)
                 raise queue.Empty
             return waiter.result
 
@@ -265,10 +270,13 @@ class Mailbox:
                 self.cond.wait_for(lambda: self.items or self.closed, timeout)
             return bool(self.items) or self.closed
 
-    def close(self) -> None:
-        """No more items will come: readers of an empty mailbox get EOF."""
+    def close(self, reason: str = "") -> None:
+        """No more items will come: readers of an empty mailbox get EOF (an
+        ``EOFError`` whose message is ``reason``, say a dead feeding thread's error;
+        a remote reader gets it after the ``CLOSED`` reply's kind)."""
         with self.lock:
             self.closed = True
+            self.closed_reason = reason
             self._wake_pollers()
             if self._watchers:
                 self._changed()
@@ -277,7 +285,7 @@ class Mailbox:
                 if not waiter.done:
                     waiter.done = True
                     if waiter.request is not None:
-                        waiter.request.reply(CLOSED)
+                        waiter.request.reply(CLOSED + reason.encode())
             self.cond.notify_all()
 
     def task_done(self) -> None:
@@ -313,7 +321,7 @@ class Mailbox:
                         if self._watchers:
                             self._changed()
                 elif self.closed:
-                    request.reply(CLOSED)
+                    request.reply(CLOSED + self.closed_reason.encode())
                 elif timeout == 0:
                     request.reply(EMPTY)
                 else:

@@ -12,6 +12,11 @@ answers again. An outage is logged once: a warning when the first poll fails, an
 line when a poll works again (each failed poll's traceback only at debug level). Jobs
 that end meanwhile are seen at the next poll that works; a job that is connected to its
 parent is also seen to end by its dropped connection, without any poll.
+
+A monitor whose thread dies (:mod:`fiber.threads`) calls every watched job's callback,
+and that of every job watched later, once with a ``LOST`` status whose reason names the
+thread and its error: a connected job is kept (its connection tells its end), a job
+that has not connected fails to start with that reason instead of waiting for ever.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from fiber import threads
 from fiber.backend import Backend
 from fiber.backend.job import Job, JobState, JobStatus
 
@@ -43,14 +49,33 @@ class JobMonitor:
         #: the statuses of the last poll that worked (for inspection: ``fiber top``)
         self.last: dict[str, JobStatus] = {}
         self._cond = threading.Condition()
-        self._thread = threading.Thread(target=self._run, name=f"fiber-monitor-{backend.name}",
-                                        daemon=True)
-        self._thread.start()
+        #: the status every job gets once the thread has died (None while it runs)
+        self._dead: JobStatus | None = None
+        self._failed: set[str] = set()  # ids of jobs told so already
+        self._thread = threads.start("fiber-monitor", self._run,
+                                     name=f"fiber-monitor-{backend.name}", fails=self._died)
 
     def watch(self, job: Job, callback: Callback) -> None:
         with self._cond:
             self._jobs[job.id] = (job, callback)
             self._cond.notify()
+            dead = self._dead
+            if dead is None or job.id in self._failed:
+                return
+            self._failed.add(job.id)
+        callback(dead)
+
+    def _died(self, error: BaseException) -> None:
+        with self._cond:
+            self._dead = JobStatus(JobState.LOST, reason=str(error))
+            entries = [entry for job_id, entry in self._jobs.items()
+                       if job_id not in self._failed]
+            self._failed.update(job.id for job, _ in entries)
+        for _, callback in entries:
+            try:
+                callback(self._dead)
+            except Exception:  # noqa: BLE001
+                logger.exception("job callback failed")
 
     def unwatch(self, job: Job) -> None:
         with self._cond:

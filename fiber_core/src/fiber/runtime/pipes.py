@@ -104,9 +104,15 @@ class PipeChannel:
             self.close_side(side)
 
     def handle(self, request: transport.Request, payload: memoryview) -> None:
-        side = payload[0]
+        """Answer a request; raises :class:`ValueError` for a malformed one (the hub
+        answers it with an error)."""
+        side = payload[0] if len(payload) else -1
+        if side not in (0, 1):
+            raise ValueError("a pipe request for no side of the pipe")
         op, timeout, data = decode(payload[1:])
         if op == PipeOp.RECEIVED:  # a process received a copy of this end
+            if len(data) < _TOKEN.size:
+                raise ValueError("a pipe's RECEIVED request without its token")
             with self.lock:
                 self.in_transit.pop(_TOKEN.unpack_from(data)[0], None)
                 peers = self.remote_peers[side]

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from fiber import threads as fiber_threads
 from fiber.backend import Resources, secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
@@ -369,7 +370,10 @@ class JobPopen:
                 except Exception:  # noqa: BLE001
                     logger.debug("reading logs of job %s failed", self.job.id, exc_info=True)
                 reason = f" ({status.reason})" if status.reason else ""
-                if killed(code):
+                failure = getattr(self.hub, "failure", None)
+                if failure is not None:
+                    hint = f" (this process no longer admits its jobs: {failure})"
+                elif killed(code):
                     # ended from outside: nothing says the job itself is at fault
                     hint = ", ended from outside"
                 else:
@@ -381,6 +385,8 @@ class JobPopen:
                     f"connected back to this process{hint}"
                     + (f"\n--- job output ---\n{logs}" if logs.strip() else ""),
                     status.exitcode, status.reason, logs)
+                if failure is not None:
+                    self.start_error.__cause__ = failure
                 if killed(code):
                     logger.warning("%s", self.start_error)
                 else:
@@ -637,10 +643,10 @@ def release_all(timeout: float = RELEASE_AT_EXIT_TIMEOUT) -> None:
 def _release_many(popens: list[JobPopen], wait: float) -> None:
     """Free ``popens``' jobs concurrently, waiting at most ``wait`` seconds (a cluster
     that does not answer holds a daemon thread, not the exit)."""
-    threads = [threading.Thread(target=p._release, name="fiber-release", daemon=True)
-               for p in popens]
-    for thread in threads:
-        thread.start()
+    threads = [fiber_threads.start(
+        "fiber-release", p._release,
+        exempt="at exit, after the job was told to end; report_at_exit names what is left")
+        for p in popens]
     deadline = time.monotonic() + wait
     for thread, p in zip(threads, popens, strict=True):
         while thread.is_alive() and not in_outage(p.backend):

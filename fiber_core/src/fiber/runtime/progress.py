@@ -27,6 +27,7 @@ import time
 import weakref
 from typing import Any
 
+from fiber import threads
 from fiber.errors import ConfigError
 from fiber.runtime import config
 
@@ -93,8 +94,8 @@ def watch(sink: Any, total: int, scheduler: Any) -> Counted:
     the thread that shows its bar if it runs long."""
     counted = Counted(sink, total)
     if total > 0:
-        threading.Thread(target=_run, args=(counted, total, weakref.ref(scheduler)),
-                         name="fiber-progress", daemon=True).start()
+        threads.start("fiber-progress", _run, counted, total, weakref.ref(scheduler),
+                      exempt="draws a bar only: the map's results do not pass through it")
     return counted
 
 

@@ -30,6 +30,8 @@ import threading
 from collections.abc import Callable
 from typing import Protocol
 
+from fiber import threads
+from fiber.errors import FiberThreadError
 from fiber.runtime.mailbox import EMPTY, encode
 from fiber.wire import transport
 from fiber.wire.protocol import MailboxOp as Op
@@ -87,7 +89,10 @@ class Flag:
 
 
 class Watch(Protocol):
-    """What a pipe end holds once asked for its ``fileno()``."""
+    """What a pipe end holds once asked for its ``fileno()``; ``error`` is set when
+    its readiness can no longer be known (the end's reads raise it)."""
+
+    error: FiberThreadError | None
 
     def fileno(self) -> int: ...
 
@@ -104,6 +109,8 @@ class Mailboxlike(Protocol):
 
 class LocalWatch:
     """The readiness of a mailbox of this process, set by the mailbox itself."""
+
+    error: FiberThreadError | None = None  # (no thread)
 
     def __init__(self, mailbox: Mailboxlike) -> None:
         self._flag = Flag()
@@ -143,9 +150,17 @@ class RemoteWatch:
         self._closed = False
         self._ctx = transport.get_client(address).context()  # the watcher's own line
         self.refresh()  # true from the start
-        self._thread = threading.Thread(target=self._watch, name="fiber-conn-watch",
-                                        daemon=True)
-        self._thread.start()
+        #: the watcher thread's death: the end shows readable (waiters wake), and its
+        #: reads raise this (their owner checks it) rather than trust a stale readiness
+        self.error: FiberThreadError | None = None
+        self._thread = threads.start("fiber-conn-watch", self._watch, fails=self._died)
+
+    def _died(self, error: FiberThreadError) -> None:
+        with self._cond:
+            self.error = error
+            if not self._closed:
+                self._flag.set(True)
+            self._cond.notify_all()
 
     def fileno(self) -> int:
         return self._flag.fileno()

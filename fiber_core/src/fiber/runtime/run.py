@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from fiber.backend import Backend, Resources, registry
-from fiber.runtime import config
+from fiber.runtime import config, runs
 from fiber.wire import transport
 
 __all__ = ["run_id", "is_job", "backend", "listen_host", "hub", "Target", "target",
@@ -151,6 +151,9 @@ class Target:
                 first = _told.get(id(backend)) is not backend
                 _told[id(backend)] = backend
             if first:
+                # before any job exists: `fiber clean` tells this run's jobs from
+                # orphans by the record (fiber.runtime.runs)
+                runs.register(run_id(), backend.name)
                 backend.expect_jobs(job_command(self.config()))
         return transport.get_hub(host)
 

@@ -13,7 +13,8 @@ over each pool's workers under its lock; the pool itself pays nothing per task f
 
 So that ``fiber top`` can find the program, the process writes a *registration*
 ``<pid>-<start time>.json`` into ``<temp dir>/fiber-status-<uid>``, a directory private
-to the user (mode 0700; one that another user owns or can write to is not used), with
+to the user (mode 0700; one that another user owns or can enter is not used: the
+program logs a warning and ``fiber top`` says why it cannot look, and where), with
 mode 0600: the hub's address, the channel's number and the run's secret. It always
 does (one small file per program that has a pool); it removes the file at exit, and
 whoever lists the registrations (:func:`programs`) deletes those of processes that are
@@ -31,7 +32,6 @@ import itertools
 import json
 import logging
 import os
-import stat
 import sys
 import tempfile
 import threading
@@ -41,9 +41,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from fiber import util
+from fiber import threads, util
 from fiber._version import __version__
-from fiber.backend.local.records import start_time
+from fiber.backend.local.records import check_private, start_time
+from fiber.errors import NotPrivateError
 from fiber.runtime import config
 from fiber.runtime import run as run_module
 from fiber.wire import transport
@@ -59,6 +60,7 @@ _pool_ids = itertools.count(1)
 _registered: str | None = None  # this process's registration file
 _registered_pid: int | None = None
 _started_wall = time.time()
+_refused_warned = False
 
 
 def directory() -> str:
@@ -67,24 +69,9 @@ def directory() -> str:
 
 
 def _private_directory(create: bool) -> str | None:
-    path = directory()
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            logger.debug("cannot create %s: %s", path, exc)
-            return None
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)):
-        logger.debug("%s is not a directory private to this user: not used", path)
-        return None
-    return path
+    """The registrations' directory (None when missing); raises NotPrivateError when it
+    is not private to this user (someone else could read the secrets in it)."""
+    return check_private(directory(), create)
 
 
 # -- the program side -----------------------------------------------------------------
@@ -97,8 +84,8 @@ class StatusChannel:
             return
         # answered from a thread of its own: the hub's thread, which serves every
         # channel, must not wait for a pool's lock (held while a large map is queued)
-        threading.Thread(target=_answer, args=(request,), name="fiber-status",
-                         daemon=True).start()
+        threads.start("fiber-status", _answer, request,
+                      fails=lambda error: request.reply(str(error).encode(), ERROR))
 
     def peer_gone(self, peer: int) -> None:
         pass
@@ -130,7 +117,14 @@ def register_pool(pool: Any, hub: transport.Hub) -> None:
 
 
 def _write_registration(address: str, cid: int, authkey: bytes) -> str | None:
-    path = _private_directory(create=True)
+    global _refused_warned
+    try:
+        path = _private_directory(create=True)
+    except NotPrivateError as exc:
+        if not _refused_warned:
+            _refused_warned = True
+            logger.warning("%s (fiber top cannot show this program)", exc)
+        return None
     pid = os.getpid()
     started = start_time(pid)
     if path is None or started is None:
@@ -233,7 +227,9 @@ class Program:
 
 def programs() -> Iterator[Program]:
     """The registered programs of this user that are still running, newest first;
-    registrations of processes that are gone are deleted."""
+    registrations of processes that are gone are deleted. Raises
+    :class:`~fiber.errors.NotPrivateError` when the directory is not private to the
+    user (nothing found there could be trusted)."""
     path = _private_directory(create=False)
     if path is None:
         return iter(())

@@ -15,12 +15,14 @@ the jobs it could not end, with the command that ends them later (``fiber clean`
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import Protocol
 
+from fiber import threads as fiber_threads
 from fiber.backend import Backend
 from fiber.backend.job import Job
 from fiber.runtime.monitor import in_outage
@@ -33,7 +35,7 @@ END_WAIT = 3.0
 RETRY_FIRST = 1.0
 RETRY_LONGEST = 15.0
 
-__all__ = ["END_WAIT", "Endable", "end_jobs", "pending", "report_at_exit"]
+__all__ = ["END_WAIT", "Endable", "end_jobs", "left_running", "pending", "report_at_exit"]
 
 
 class Endable(Protocol):
@@ -77,9 +79,10 @@ def end_jobs(items: Iterable[Endable], force: bool = False,
         return
     threads = []
     for backend, group in _by_backend(live).values():
-        thread = threading.Thread(target=_call, args=(backend, group, force),
-                                  name=f"fiber-end-{backend.name}", daemon=True)
-        thread.start()
+        # (its jobs would stay unended: the reaper asks again for them)
+        thread = fiber_threads.start(
+            "fiber-end", _call, backend, group, force, name=f"fiber-end-{backend.name}",
+            fails=functools.partial(_end_call_died, group, force))
         threads.append(thread)
     deadline = time.monotonic() + wait
     while True:
@@ -92,6 +95,10 @@ def end_jobs(items: Iterable[Endable], force: bool = False,
         if left <= 0:
             return
         calls[0].join(min(left, 0.05))
+
+
+def _end_call_died(group: list[Endable], force: bool, error: BaseException) -> None:
+    _reaper.add(group, force, error)
 
 
 class _Reaper:
@@ -122,10 +129,16 @@ class _Reaper:
                     "background until they end", len(items), items[0].backend.name,
                     type(error).__name__, error)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fiber-reaper",
-                                                daemon=True)
-                self._thread.start()
+                self._thread = fiber_threads.start("fiber-reaper", self._run,
+                                                   fails=self._died)
             self._cond.notify_all()
+
+    def _died(self, error: BaseException) -> None:
+        """The reaper's thread died: its jobs are named at exit with ``error``
+        (report_at_exit), and the next add() starts a new thread."""
+        with self._cond:
+            self._error = error
+            self._thread = None
 
     def begin(self, items: Sequence[Endable], force: bool) -> None:
         with self._cond:
@@ -193,6 +206,16 @@ class _Reaper:
 _reaper = _Reaper()
 
 
+_left_at_exit: list[str] = []  # ids of the jobs report_at_exit could not end
+
+
+def left_running() -> bool:
+    """Whether jobs of this process may be left running: the reaper still holds some,
+    or the exit's last try could not end them (then the run's record stays, so that
+    ``fiber clean`` knows them as orphans: :mod:`fiber.runtime.runs`)."""
+    return bool(_left_at_exit) or bool(_reaper.pending())
+
+
 def pending() -> list[Endable]:
     """The jobs the reaper still tries to end."""
     return _reaper.pending()
@@ -217,9 +240,9 @@ def report_at_exit(wait: float = END_WAIT) -> None:
     for force in (False, True):
         chosen = [item for item, f in left if f == force]
         for backend, group in _by_backend(chosen).values():
-            thread = threading.Thread(target=last_try, args=(backend, group, force),
-                                      name="fiber-end-at-exit", daemon=True)
-            thread.start()
+            thread = fiber_threads.start(
+                "fiber-end-at-exit", last_try, backend, group, force,
+                exempt="its jobs, not confirmed ended, are named in the warning below")
             threads.append(thread)
     deadline = time.monotonic() + wait
     for thread in threads:
@@ -227,6 +250,7 @@ def report_at_exit(wait: float = END_WAIT) -> None:
                 in_outage(item.backend) for item, _ in left):
             thread.join(min(0.05, max(0.0, deadline - time.monotonic())))
     still = [item for item, _ in left if id(item) not in confirmed and not item.has_ended()]
+    _left_at_exit.extend(item.job.id for item in still)
     error = _reaper.error
     why = f"{type(error).__name__}: {error}" if error is not None else \
         "its cluster manager does not answer"

@@ -9,7 +9,9 @@ job process's environment, never in the job's description on the cluster: the co
 hands it to the backend apart from the job's environment (``JobSpec.secrets``), the
 backend delivers it privately, and a job whose backend wrote it to a secrets file has
 read that file into its environment before anything here runs (the job's bootstrap,
-with :func:`fiber.backend.secrets.load_secrets`).
+with :func:`fiber.backend.secrets.load_secrets`). The bootstrap then takes it out of the
+environment (:func:`take_from_environment`): the job holds it in memory only, and the
+programs its tasks start do not inherit it.
 
 A child started by the *standard library* (``multiprocessing`` with spawn or
 forkserver) from a fiber process gets the secret the way multiprocessing's children
@@ -31,7 +33,7 @@ import threading
 from fiber.wire.protocol import NONCE_SIZE
 
 __all__ = ["AUTHKEY_ENV", "NONCE_SIZE", "adopt", "answer", "for_stdlib_child", "get_authkey",
-           "new_nonce", "set_authkey", "verify"]
+           "new_nonce", "set_authkey", "take_from_environment", "verify"]
 
 AUTHKEY_ENV = "_FIBER_AUTHKEY"
 
@@ -47,6 +49,15 @@ def get_authkey() -> bytes:
             inherited = os.environ.get(AUTHKEY_ENV)
             _authkey = bytes.fromhex(inherited) if inherited else os.urandom(32)
         return _authkey
+
+
+def take_from_environment() -> None:
+    """A job's side, at its start: read the secret from the environment and remove it
+    from there, so that the programs its tasks start (a shell command, a simulator)
+    do not inherit it. The job keeps it in memory; the jobs it starts get it from
+    there as every job does."""
+    get_authkey()
+    os.environ.pop(AUTHKEY_ENV, None)
 
 
 def set_authkey(key: bytes) -> None:

@@ -17,8 +17,10 @@ def request_frame(channel: int, payload: bytes) -> bytes:
 
 
 def check_reply(reply: bytes, address: str) -> bytes:
-    """The payload of an OK reply; raises what an ERROR reply carries, or
-    :class:`ConnectionLostError` for a channel that is gone."""
+    """The payload of an OK reply; raises :class:`ConnectionLostError` for a channel
+    that is gone, and for another status (ERROR) the exception its reply carries when
+    it is a packed one, else :class:`ConnectionLostError` (a plain message: its text is
+    the error's)."""
     status = reply[:1]
     if status == OK:
         return reply[1:]

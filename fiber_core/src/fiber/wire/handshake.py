@@ -9,7 +9,7 @@ the messages:
   message the connection sends goes to :meth:`HubHandshake.step`, which returns the
   reply to send back and records the verdict (``accepted``, or ``refused`` and why).
   The nng hub drives it from its event loop (one object per pipe), the stream listener
-  from the blocking thread it runs per new connection.
+  from its gate (:mod:`fiber.wire.gate`: one thread for every pending connection).
 - the connecting side is one function, :func:`prove`, given the wire's request/reply
   exchange.
 
@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 from fiber.errors import AuthenticationError
 from fiber.wire import auth
+from fiber.wire.gate import RateLimitedLog
 from fiber.wire.protocol import (
     AUTH1,
     AUTH3,
@@ -40,6 +41,8 @@ from fiber.wire.protocol import (
 __all__ = ["HubHandshake", "prove"]
 
 logger = logging.getLogger("fiber")
+# a flood of strangers is a few lines a minute, not one per connection
+_log = RateLimitedLog()
 
 
 class HubHandshake:
@@ -82,7 +85,7 @@ class HubHandshake:
         """Refuse the connection (the wire saw something wrong itself, say an oversized
         frame); the reply to send before closing it. Logged as a warning."""
         self.refused = reason
-        logger.warning("refused a connection from %s: %s", self.peer, reason)
+        _log.warning("refused a connection from %s: %s", self.peer, reason)
         return AUTH_REFUSED
 
     def dropped(self, cause: object = "closed") -> None:
@@ -98,8 +101,8 @@ class HubHandshake:
         if self.accepted or self.refused is not None:
             return False
         self.refused = "too slow"
-        logger.warning("closing a connection from %s that did not complete the handshake "
-                       "within %gs", self.peer, seconds)
+        _log.warning("closing a connection from %s that did not complete the handshake "
+                     "within %gs", self.peer, seconds)
         return True
 
 

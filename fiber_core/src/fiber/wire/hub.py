@@ -12,7 +12,13 @@ first use.
 
 The nng side is event-driven: one thread receives every message, and a connection
 (an nng *pipe*) that has not authenticated yet has its messages answered by its
-:class:`~fiber.wire.handshake.HubHandshake` instead of a channel.
+:class:`~fiber.wire.handshake.HubHandshake` instead of a channel. What a stranger can
+cost is bounded: nng reads no message longer than
+:data:`~fiber.wire.protocol.NNG_RECV_MAX` (it drops the connection on reading a longer
+length, before allocating), at most :data:`~fiber.wire.protocol.NNG_MAX_PENDING`
+connections authenticate at once (the oldest is closed), each within
+:data:`~fiber.wire.protocol.AUTH_TIMEOUT` seconds of connecting. Authenticated clients
+send longer requests in pieces (:data:`~fiber.wire.protocol.PART`), put together here.
 """
 
 from __future__ import annotations
@@ -28,9 +34,20 @@ import pynng
 
 from fiber.wire import auth
 from fiber.wire.channel import Channel, Request
+from fiber.wire.gate import RateLimitedLog
 from fiber.wire.handshake import HubHandshake
 from fiber.wire.nng import Context, close_all, quiet
-from fiber.wire.protocol import AUTH_TIMEOUT, ERROR, GONE, MSG, OK
+from fiber.wire.protocol import (
+    AUTH_TIMEOUT,
+    ERROR,
+    GONE,
+    MSG,
+    NNG_MAX_PENDING,
+    NNG_RECV_MAX,
+    OK,
+    PART,
+    PART_HEADER,
+)
 from fiber.wire.protocol import CHANNEL as _CHANNEL
 from fiber.wire.stream.server import StreamListener
 from fiber.wire.timers import Timers
@@ -40,6 +57,7 @@ __all__ = ["Hub", "NngRequest"]
 logger = logging.getLogger("fiber")
 
 _DEPARTED_KEPT = 1024  # pipes that went away, remembered to ignore their last messages
+_evicted_log = RateLimitedLog()
 
 
 class NngRequest:
@@ -92,8 +110,10 @@ class Hub:
         self._pipes: dict[int, pynng.Pipe] = {}
         # connections that went away (messages they sent before may still come)
         self._departed: collections.OrderedDict[int, None] = collections.OrderedDict()
+        # (pipe id, request number) -> the pieces of a long request received so far
+        self._parts: dict[tuple[int, int], bytearray] = {}
         self.timers = Timers()
-        self._sock = pynng.Rep0(recv_max_size=0)
+        self._sock = pynng.Rep0(recv_max_size=NNG_RECV_MAX)
         self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()
         self._sock.add_post_pipe_connect_cb(self._on_connect)
         self._sock.add_post_pipe_remove_cb(self._on_remove)
@@ -158,6 +178,12 @@ class Hub:
                 logger.exception("peer_gone handler failed")
 
     @property
+    def failure(self) -> BaseException | None:
+        """Why this hub's stream listener stopped admitting connections (its gate's
+        thread died), or None."""
+        return self._stream.failure if self._stream is not None else None
+
+    @property
     def stream_started(self) -> bool:
         """Whether the stream listener runs (:attr:`stream_address` starts it)."""
         return self._stream is not None
@@ -180,6 +206,15 @@ class Hub:
             # the first message may have come (and made the handshake) before this ran
             self._peers.setdefault(pipe.id, HubHandshake(self.authkey, _peer_name(pipe)))
             self._pipes[pipe.id] = pipe
+            pending = [pid for pid, state in self._peers.items()
+                       if isinstance(state, HubHandshake) and pid in self._pipes]
+            oldest = (self._pipes.get(pending[0])
+                      if len(pending) > NNG_MAX_PENDING else None)
+        if oldest is not None:
+            _evicted_log.warning("the hub at %s closed the connection that had waited "
+                                 "longest in its handshake: more than %d connections were "
+                                 "authenticating at once", self.address, NNG_MAX_PENDING)
+            self._close_pipe(oldest)
         self.timers.call_later(AUTH_TIMEOUT, lambda: self._expire(pipe.id))
 
     def _expire(self, pipe_id: int) -> None:
@@ -196,6 +231,8 @@ class Hub:
             self._departed[pipe.id] = None
             while len(self._departed) > _DEPARTED_KEPT:
                 self._departed.popitem(last=False)
+            for key in [key for key in self._parts if key[0] == pipe.id]:
+                del self._parts[key]
         if state is True:
             self.peer_lost(pipe.id)
         elif isinstance(state, HubHandshake):
@@ -248,7 +285,28 @@ class Hub:
             if self._peers.get(pipe.id) is not True:
                 self._authenticate(request, pipe, data)
                 continue
+            if data[:1] == PART:
+                data = self._piece(request, pipe.id, data)
+                if data is None:
+                    continue
             self.dispatch(request, data)
+
+    def _piece(self, request: NngRequest, pipe_id: int, data: bytes) -> bytes | None:
+        """One piece of a long request of an authenticated client: None (the piece is
+        acknowledged) until the last, then the whole request."""
+        if len(data) < 1 + PART_HEADER.size:
+            request.reply(b"malformed request", ERROR)
+            return None
+        number, last = PART_HEADER.unpack_from(data, 1)
+        key = (pipe_id, number)
+        with self._lock:
+            buf = self._parts.setdefault(key, bytearray())
+            buf += memoryview(data)[1 + PART_HEADER.size:]
+            if not last:
+                request.reply(b"")
+                return None
+            del self._parts[key]
+        return bytes(buf)
 
     def close(self) -> None:
         self._closed = True

@@ -1,22 +1,26 @@
 """The connecting side of the nng wire: a :class:`Client` is a pynng ``Req0`` socket
 dialled to one hub (:mod:`fiber.wire.hub`), authenticated by the handshake of
 :mod:`fiber.wire.handshake`; :class:`ClientContext` is an independent request line on
-it, for threads that wait at the same time."""
+it, for threads that wait at the same time. A request longer than
+:data:`~fiber.wire.protocol.NNG_MESSAGE_MAX` goes in pieces (a hub reads no longer
+message from anyone: :mod:`fiber.wire.hub`)."""
 
 from __future__ import annotations
 
+import itertools
 import threading
 import weakref
 from collections.abc import Callable
 
 import pynng
 
+from fiber import threads
 from fiber.errors import AuthenticationError, ConnectionLostError
 from fiber.wire import auth
 from fiber.wire.framing import check_reply, request_frame
 from fiber.wire.handshake import prove
 from fiber.wire.nng import Context, close_all, quiet
-from fiber.wire.protocol import CONNECT_TIMEOUT
+from fiber.wire.protocol import CONNECT_TIMEOUT, NNG_MESSAGE_MAX, NNG_RECV_MAX, PART, PART_HEADER
 
 __all__ = ["Client", "ClientContext"]
 
@@ -33,6 +37,7 @@ class Client:
         self.lost = False
         self._on_lost = on_lost
         self._sock = pynng.Req0(recv_max_size=0, resend_time=-1)
+        self._numbers = itertools.count(1)  # of the long requests sent in pieces
         self._contexts: weakref.WeakSet[Context] = weakref.WeakSet()
         self._sock.add_post_pipe_remove_cb(self._removed)
         try:
@@ -68,7 +73,8 @@ class Client:
 
     def _removed(self, pipe: pynng.Pipe) -> None:
         self.lost = True
-        threading.Thread(target=self.close, daemon=True).start()
+        threads.start("fiber-nng-close", self.close,
+                      exempt="closes a connection already lost (on_lost below tells its users)")
         if self._on_lost is not None:
             self._on_lost()
 
@@ -88,6 +94,7 @@ class Client:
         if self.lost:
             raise ConnectionLostError(f"the connection to {self.address} is lost")
         try:
+            data = self._send_pieces(line, data)
             line.send(data)
             if isinstance(line, Context):
                 line.set_recv_timeout(timeout)
@@ -108,6 +115,20 @@ class Client:
             raise ConnectionLostError(
                 f"the connection to {self.address} is lost ({exc})") from None
         return check_reply(reply, self.address)
+
+    def _send_pieces(self, line: pynng.Req0 | Context, data: bytes) -> bytes:
+        """Send all but the last piece of a request too long for one message (each
+        acknowledged before the next); the last piece, to send as the request (the
+        whole request when it is short)."""
+        if len(data) <= NNG_RECV_MAX:
+            return data
+        number = next(self._numbers)
+        view = memoryview(data)
+        while len(view) > NNG_MESSAGE_MAX:
+            line.send(PART + PART_HEADER.pack(number, 0) + view[:NNG_MESSAGE_MAX])
+            check_reply(line.recv(), self.address)
+            view = view[NNG_MESSAGE_MAX:]
+        return PART + PART_HEADER.pack(number, 1) + view
 
     def close(self) -> None:
         self.lost = True
@@ -131,7 +152,7 @@ class ClientContext:
         if self._client.lost:
             raise ConnectionLostError(f"the connection to {self._client.address} is lost")
         try:
-            self._ctx.send(Client.frame(channel, payload))
+            self._ctx.send(self._client._send_pieces(self._ctx, Client.frame(channel, payload)))
         except pynng.NNGException as exc:
             raise ConnectionLostError(str(exc)) from None
 

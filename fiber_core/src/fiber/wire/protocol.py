@@ -22,6 +22,11 @@ Handshake (:mod:`fiber.wire.handshake`), before any other message of a connectio
   then ``AUTH3 + proof'`` (``HMAC-SHA256(secret, CLIENT_ROLE + nonce')``), answered by
   ``OK``. A hub answers anything else with :data:`AUTH_REFUSED` and closes the
   connection. On the stream wire these messages are frame bodies like any other.
+
+Bounds before authentication (:mod:`fiber.wire.gate`, :mod:`fiber.wire.hub`)
+  The nng hub receives no message longer than :data:`NNG_RECV_MAX` from anyone, so an
+  authenticated client sends a longer request in pieces: ``PART + PART_HEADER +
+  piece``, each answered ``OK`` but the last, which is answered as the whole request.
 """
 
 from __future__ import annotations
@@ -50,6 +55,13 @@ OK = b"\x00"
 ERROR = b"\x01"
 GONE = b"\x02"
 AUTH_REFUSED = ERROR + b"authentication failed"
+PART = b"P"  # nng: PART + PART_HEADER + a piece of a request too long for one message
+PART_HEADER = struct.Struct("<QB")  # the request's number on its connection, last piece?
+NNG_MESSAGE_MAX = 128 * 1024  # longer requests go over nng in pieces of this size
+# what the nng hub receives in one message: a stranger's message can be no longer (nng
+# drops the connection before reading more), and authenticated requests come in pieces
+NNG_RECV_MAX = NNG_MESSAGE_MAX + 64
+NNG_MAX_PENDING = 64  # nng connections authenticating at once; the oldest is closed
 STREAM_FRAME = struct.Struct("<QI")  # stream wire: body length, line
 STREAM_SCHEME = "stream://"
 AUTH_TIMEOUT = 10.0  # seconds a new connection has to authenticate
@@ -169,11 +181,12 @@ def hello(pid: int, host: str) -> bytes:
 
 
 def parse_hello(body: bytes | memoryview) -> dict[str, Any]:
-    """The fields of a HELLO body; an unreadable one (a fiber before protocol 1) gives
-    ``{}``, which :func:`mismatch` reports."""
+    """The fields of a HELLO body; an unreadable one (a fiber before protocol 1, or not
+    JSON at all, nested too deep included) gives ``{}``, which :func:`mismatch` reports.
+    Raises nothing."""
     try:
         fields = json.loads(bytes(body).decode())
-    except (UnicodeDecodeError, ValueError):
+    except (UnicodeDecodeError, ValueError, RecursionError):
         return {}
     return fields if isinstance(fields, dict) else {}
 

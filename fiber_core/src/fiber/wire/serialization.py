@@ -85,14 +85,46 @@ def dumps(obj: Any, shared: Callable[[], int | None] | None = None) -> bytes:
     return b"".join([*header, data, *big])
 
 
+def _malformed(what: str) -> pickle.UnpicklingError:
+    return pickle.UnpicklingError(f"a malformed message body: {what}")
+
+
 def _parse_shared(view: memoryview) -> tuple[str, list[tuple[int, int]], memoryview]:
+    """The segment's name, the buffers' (offset, size) in it and the pickle of a
+    shared-memory descriptor; :class:`pickle.UnpicklingError` when it is not one."""
+    if len(view) < 25:
+        raise _malformed("a shared-memory descriptor cut short")
     count, size, namelen = (_LEN.unpack_from(view, 1 + 8 * i)[0] for i in range(3))
     offset = 25 + namelen
-    name = bytes(view[25:offset]).decode()
+    if count == 0 or offset + 16 * count + size > len(view):
+        raise _malformed("a shared-memory descriptor whose sizes do not fit it")
+    try:
+        name = bytes(view[25:offset]).decode()
+    except UnicodeDecodeError:
+        raise _malformed("a shared-memory segment name that is not UTF-8") from None
     spans = [(_LEN.unpack_from(view, offset + 16 * i)[0],
               _LEN.unpack_from(view, offset + 16 * i + 8)[0]) for i in range(count)]
     offset += 16 * count
     return name, spans, view[offset:offset + size]
+
+
+def _parse_oob(view: memoryview) -> tuple[memoryview, list[memoryview]]:
+    """The pickle and the buffers of a message with buffers appended;
+    :class:`pickle.UnpicklingError` when it is not one."""
+    if len(view) < 17:
+        raise _malformed("a header cut short")
+    count = _LEN.unpack_from(view, 1)[0]
+    offset = 9 + 8 * (count + 1)
+    if offset > len(view):
+        raise _malformed("more buffers announced than the body holds")
+    sizes = [_LEN.unpack_from(view, 9 + 8 * i)[0] for i in range(count + 1)]
+    if offset + sum(sizes) > len(view):
+        raise _malformed("sizes beyond the end of the body")
+    parts = []
+    for size in sizes:
+        parts.append(view[offset:offset + size])
+        offset += size
+    return parts[0], parts[1:]
 
 
 def _attach(view: memoryview) -> tuple[list[memoryview], memoryview]:
@@ -107,9 +139,14 @@ def is_shared(body: bytes | memoryview) -> bool:
 
 
 def discard(body: bytes | memoryview) -> None:
-    """A message that will never be received: unlink its segment, if any."""
+    """A message that will never be received: unlink its segment, if any (a malformed
+    descriptor names none)."""
     if isinstance(body, Shared):
-        shm.drop(_parse_shared(memoryview(body))[0])
+        try:
+            name = _parse_shared(memoryview(body))[0]
+        except pickle.UnpicklingError:
+            return
+        shm.drop(name)
 
 
 def inline(body: bytes | memoryview) -> bytes:
@@ -123,24 +160,22 @@ def inline(body: bytes | memoryview) -> bytes:
 
 def loads(body: bytes | memoryview) -> Any:
     """Inverse of :func:`dumps`. The arrays of a shared-memory message are backed by
-    the segment's mapping (writable, private to the receiver: it was unlinked)."""
+    the segment's mapping (writable, private to the receiver: it was unlinked).
+
+    Raises :class:`pickle.UnpicklingError` when the body's framing (the header of a
+    message with buffers appended or in shared memory) is malformed,
+    :class:`~fiber.wire.shm.SegmentError` when its segment cannot be opened, and what
+    unpickling its pickle raises: only authenticated peers' messages are loaded (a
+    process of the run, trusted), so that is :mod:`pickle`'s to say."""
     view = memoryview(body)
     if view[:1] == _SHM:
         buffers, data = _attach(view)
         return pickle.loads(data, buffers=buffers)
     if view[:1] != _OOB:
         return pickle.loads(view)
-    count = _LEN.unpack_from(view, 1)[0]
-    sizes = [_LEN.unpack_from(view, 9 + 8 * i)[0] for i in range(count + 1)]
-    offset = 9 + 8 * (count + 1)
-    data = view[offset:offset + sizes[0]]
-    offset += sizes[0]
-    copies: list[bytearray] = []
-    for size in sizes[1:]:
-        # a writable copy, as a multiprocessing receiver would get
-        copies.append(bytearray(view[offset:offset + size]))
-        offset += size
-    return pickle.loads(data, buffers=copies)
+    data, buffers = _parse_oob(view)
+    # writable copies, as a multiprocessing receiver would get
+    return pickle.loads(data, buffers=[bytearray(b) for b in buffers])
 
 
 class _OverridingPickler(cloudpickle.Pickler):
@@ -220,11 +255,15 @@ def unpack_exception(payload: bytes) -> BaseException:
     """The exception of :func:`pack_exception`, with a
     :class:`multiprocessing.pool.RemoteTraceback` (the very class, exported as
     ``fiber.pool.RemoteTraceback``) as its ``__cause__``, as multiprocessing.pool's
-    results carry one, so the remote traceback is printed with it."""
+    results carry one, so the remote traceback is printed with it. Raises
+    :class:`TypeError` when ``payload`` holds no exception, and what unpickling it
+    raises (see :func:`loads`)."""
     # lazy: a failure path (5 ms once); the class is missing from typeshed
     from multiprocessing.pool import RemoteTraceback  # type: ignore[attr-defined]
 
     exc, tb = pickle.loads(payload)
+    if not isinstance(exc, BaseException):
+        raise TypeError(f"not a packed exception but a {type(exc).__name__}")
     exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
     return exc
 

@@ -28,8 +28,9 @@ What a killed process leaves behind (a sender's free segments, a dead mailbox's
 messages) is removed by :func:`sweep`, which runs when a process creates its hub
 (:func:`fiber.wire.transport.get_hub`: any fiber program of the machine cleans up after
 killed ones, whether or not it moves large arrays itself), at the main process's exit
-(:mod:`fiber.util`'s exit path) and every :data:`SWEEP_INTERVAL` seconds in a process
-that creates segments.
+(:mod:`fiber.util`'s exit path), every :data:`SWEEP_INTERVAL` seconds in a process
+that creates segments, and by ``fiber clean`` (which lists them first with
+:func:`leftovers`, the sweep's decision without the unlink).
 
 "Same host" means same boot, same ``/dev/shm`` file system and same pid namespace
 (:func:`host_token`); anything else falls back to bytes over the wire. The
@@ -48,7 +49,8 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 from fiber import util
 
@@ -169,19 +171,6 @@ def state_names(pid: int | None = None) -> list[str]:
     return sorted(name for name in names
                   if (m := _STATE_NAME.match(name)) and m.group(1) == pidns
                   and (pid is None or m.group(2) == str(pid)))
-
-
-def _sweep_state(names: Sequence[str], pidns: str) -> int:
-    removed = 0
-    for name in names:
-        match = _STATE_NAME.match(name)
-        if match and match.group(1) == pidns and not _alive(int(match.group(2))):
-            try:
-                os.unlink(_path(name))
-                removed += 1
-            except OSError:
-                pass
-    return removed
 
 
 class _Slot:
@@ -414,50 +403,95 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def sweep() -> int:
-    """Remove the segments (of this pid namespace) that nobody can use any more: a
-    one-off message of a mailbox whose process is gone; a pooled segment of a sender
-    that is gone, when it is free and unmapped or its message's mailbox is gone too;
-    the names of shared objects whose creator is gone (:func:`state_name`: processes
-    that attached to them keep them). Returns how many."""
-    global _last_sweep
-    _last_sweep = time.monotonic()
+@dataclass(frozen=True)
+class Leftover:
+    """A file of :data:`DIRECTORY` that nobody can use any more (:func:`leftovers`)."""
+
+    name: str
+    size: int  # bytes
+    pids: tuple[int, ...]  # the processes its name names (owner, sender or creator)
+    semaphore: bool  # a named semaphore ("sem." + name) of a shared object
+
+
+def _segment_left(name: str, owner: int, sender: int) -> bool:
+    """Whether message segment ``name`` of mailbox ``owner`` and sender ``sender``
+    (not both alive) can go: a one-off message whose mailbox is gone; a pooled segment
+    of a sender that is gone, free and unmapped, or whose mailbox is gone too."""
+    try:
+        fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        header = os.pread(fd, 2, 0)
+        if header[1:2] != bytes([POOLED]):
+            return not _alive(owner)
+        if sender == os.getpid() or _alive(sender):
+            return False  # its sender's pool takes care of it
+        if header[:1] == bytes([FREE]):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # (dropped with the fd)
+            except BlockingIOError:
+                return False  # a receiver still maps it: it unlinks it when done
+            return True
+        return not _alive(owner)
+    finally:
+        os.close(fd)
+
+
+def leftovers(pids: Collection[int] | None = None) -> list[Leftover]:
+    """The files of this pid namespace's fiber segments and shared objects that nobody
+    can use any more (what :func:`sweep` removes), or only those whose names name one
+    of ``pids``: message segments of ended processes (see :func:`sweep`), and the
+    files and named semaphores of shared objects whose creator has ended."""
     try:
         names = os.listdir(DIRECTORY)
         pidns = str(_pidns())
     except OSError:
-        return 0
-    removed = _sweep_state(names, pidns)
+        return []
+    found = []
     for name in names:
-        match = _NAME.match(name)
-        if not match or match.group(1) != pidns:
+        if (state := _STATE_NAME.match(name)) and state.group(1) == pidns:
+            named: tuple[int, ...] = (int(state.group(2)),)
+            left = not _alive(named[0])
+        elif (match := _NAME.match(name)) and match.group(1) == pidns:
+            owner, sender = int(match.group(2)), int(match.group(3))
+            named = (owner, sender)
+            left = not (_alive(owner) and _alive(sender)) and _segment_left(name, owner,
+                                                                            sender)
+        else:
             continue
-        owner, sender = int(match.group(2)), int(match.group(3))
-        if _alive(owner) and _alive(sender):
+        if not left or (pids is not None and not set(named) & set(pids)):
             continue
         try:
-            fd = os.open(_path(name), os.O_RDWR | os.O_CLOEXEC)
+            size = os.stat(_path(name)).st_size
         except OSError:
-            continue
-        try:
-            header = os.pread(fd, 2, 0)
-            if header[1:2] != bytes([POOLED]):
-                gone = not _alive(owner)
-            elif sender == os.getpid() or _alive(sender):
-                gone = False  # its sender's pool takes care of it
-            elif header[:1] == bytes([FREE]):
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    gone = True
-                except BlockingIOError:
-                    gone = False  # a receiver still maps it: it unlinks it when done
-            else:
-                gone = not _alive(owner)
-            if gone:
-                unlink(name)
-                removed += 1
-        finally:
-            os.close(fd)
+            continue  # removed meanwhile
+        found.append(Leftover(name, size, named, name.startswith("sem.")))
+    return found
+
+
+def remove_leftover(left: Leftover) -> bool:
+    """Unlink a file :func:`leftovers` found; whether this call removed it."""
+    try:
+        os.unlink(_path(left.name))
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        logger.warning("cannot remove %s: %s", _path(left.name), exc)
+        return False
+    return True
+
+
+def sweep(pids: Collection[int] | None = None) -> int:
+    """Remove the segments (of this pid namespace) that nobody can use any more
+    (:func:`leftovers`; only those naming one of ``pids`` when given): a one-off
+    message of a mailbox whose process is gone; a pooled segment of a sender that is
+    gone, when it is free and unmapped or its message's mailbox is gone too; the names
+    of shared objects whose creator is gone (:func:`state_name`: processes that
+    attached to them keep them). Returns how many."""
+    global _last_sweep
+    _last_sweep = time.monotonic()
+    removed = sum(remove_leftover(left) for left in leftovers(pids))
     if removed:
         logger.debug("removed %d shared-memory segments of ended processes", removed)
     return removed

@@ -1,6 +1,8 @@
 """Deadlines on one thread: the hub's own timeouts (a parked request's wait, a
 connection's time to authenticate) and the parent's heartbeat checks run here, so a
-reply and its timeout are decided on the hub's side, never both."""
+reply and its timeout are decided on the hub's side, never both. If the thread dies,
+the deadlines pending are run at once and :meth:`Timers.call_at` raises the thread's
+error (:mod:`fiber.threads`)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+
+from fiber import threads
+from fiber.errors import FiberThreadError
 
 __all__ = ["Timers"]
 
@@ -25,15 +30,17 @@ class Timers:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._error: FiberThreadError | None = None
 
     def call_at(self, deadline: float, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` at ``deadline`` (a :func:`time.monotonic` time)."""
+        """Run ``fn()`` at ``deadline`` (a :func:`time.monotonic` time). Raises
+        :class:`~fiber.errors.FiberThreadError` once the thread has died."""
         with self._cond:
+            if self._error is not None:
+                raise self._error
             heapq.heappush(self._heap, (deadline, next(self._counter), fn))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fiber-timers",
-                                                daemon=True)
-                self._thread.start()
+                self._thread = threads.start("fiber-timers", self._run, fails=self._died)
             self._cond.notify()
 
     def call_later(self, delay: float, fn: Callable[[], None]) -> None:
@@ -52,6 +59,19 @@ class Timers:
             try:
                 fn()
             except Exception:  # noqa: BLE001 - a timer must not kill the thread
+                logger.exception("fiber timer callback failed")
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died: every deadline still pending is run now (each is a
+        timeout: its waiter gets the timeout early rather than never), and
+        :meth:`call_at` raises ``error`` from now on."""
+        with self._cond:
+            self._error = error
+            pending, self._heap = self._heap, []
+        for _, _, fn in sorted(pending):
+            try:
+                fn()
+            except Exception:  # noqa: BLE001
                 logger.exception("fiber timer callback failed")
 
     def close(self) -> None:

@@ -46,7 +46,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from fiber import util
+from fiber import threads, util
 from fiber.backend import Backend, JobCreationError, TransientBackendError
 from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
@@ -155,7 +155,9 @@ class LocalBackend(Backend):
     def _log_path(self, name: str) -> str:
         with self._lock:
             if self._logdir is None:
-                self._logdir = tempfile.mkdtemp(prefix="fiber-local-logs-")
+                # named after this process: `fiber clean` removes it once this process
+                # is gone (killed: its exit path never ran)
+                self._logdir = tempfile.mkdtemp(prefix=records.log_directory_prefix())
                 # after the children's jobs were released (their logs removed)
                 _logdirs.add(self._logdir)
                 util.at_exit("local logs", util.LATE_FINALIZERS, _remove_empty_logdirs)
@@ -437,25 +439,24 @@ class _ForkServer:
         self._waiting: dict[int, _Pending] = {}
         self._children: dict[int, _ForkedChild] = {}
         self._abandoned: set[int] = set()  # spawns given up on before their answer
-        self._reader = threading.Thread(target=self._read, name="fiber-forkserver", daemon=True)
-        self._reader.start()
+        self._reader_error: BaseException | None = None
+        self._reader = threads.start("fiber-forkserver", self._read, fails=self._reader_died)
 
     def spawn(self, module: str, env: dict[str, str], cwd: str | None,
               log_path: str) -> _ForkedChild:
         key = next(self._keys)
         slot = _Pending()
-        gone = _TemplateExited("the local backend's template process has exited (see its "
-                               f"error above; set {_SPAWN_HINT})")
         with self._lock:
             if self.dead:
-                raise gone
+                raise self._gone_error()
             self._waiting[key] = slot
             try:
                 self._proto.send_message(self._sock, ("spawn", key, module, env, cwd,
                                                       log_path))
             except OSError:
                 self._waiting.pop(key, None)
-                raise gone from None
+                gone = self._gone_error()
+                raise gone from gone.__cause__
         if not slot.done.wait(SPAWN_TIMEOUT):
             with self._lock:
                 if self._waiting.pop(key, None) is not None:
@@ -470,8 +471,21 @@ class _ForkServer:
         if isinstance(answer, str):
             raise JobCreationError(f"cannot start a local job: {answer}")
         if answer is None:
-            raise gone
+            raise self._gone_error()
         return answer
+
+    def _gone_error(self) -> _TemplateExited:
+        """Why a spawn failed for want of the template: read when it fails, for the
+        reader thread's death (recorded before the spawns waiting are woken) may come
+        while the spawn runs."""
+        error = self._reader_error
+        if error is None:
+            return _TemplateExited("the local backend's template process has exited (see "
+                                   f"its error above; set {_SPAWN_HINT})")
+        gone = _TemplateExited(f"the local backend's template process is unusable: {error} "
+                               f"(set {_SPAWN_HINT})")
+        gone.__cause__ = error
+        return gone
 
     def _read(self) -> None:
         buffer = bytearray()
@@ -481,6 +495,18 @@ class _ForkServer:
                     self._dispatch(message)
         except (EOFError, OSError):
             pass
+        self._gone()
+
+    def _reader_died(self, error: BaseException) -> None:
+        """The reader thread died: nobody reads the template's answers any more. End
+        the template (the next job starts from a new one) as if it had exited."""
+        self._reader_error = error
+        self._closing = True  # (ended on purpose: no "exited" warning)
+        self._gone()
+        self.close()
+
+    def _gone(self) -> None:
+        """The template's stream ended: fail the spawns waiting for it, end its jobs."""
         with self._lock:
             self.dead = True
             waiting, self._waiting = self._waiting, {}

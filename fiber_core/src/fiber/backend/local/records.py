@@ -14,6 +14,11 @@ gone (a creator that was killed never released its jobs).
 
 A local job is the leader of its own session and process group (the backend starts it
 so), so terminating it by its pid reaches what it started, from any process.
+
+The backend's log directory is named after its creator too
+(``fiber-local-logs-<pid>-<start time>-<random>``, :func:`log_directory_prefix`), so
+that ``fiber clean`` can remove the directory of a creator that was killed
+(:func:`ended_log_directories`).
 """
 
 from __future__ import annotations
@@ -21,10 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+
+from fiber.errors import NotPrivateError
 
 logger = logging.getLogger("fiber")
 
@@ -36,12 +45,12 @@ def directory() -> str:
     return os.path.join(tempfile.gettempdir(), f"fiber-local-jobs-{os.getuid()}")
 
 
-def _private_directory(create: bool) -> str | None:
-    """The records directory, made if ``create``; None when it is missing or is not
-    private to this user (then nothing is recorded or read: the records name processes
-    to signal, so nobody else may write them)."""
-    global _warned
-    path = directory()
+def check_private(path: str, create: bool = True) -> str | None:
+    """``path``, a directory private to this user (made with mode 0700 if ``create``);
+    None when it does not exist (and ``create`` is false, or it cannot be made).
+    Raises :class:`fiber.errors.NotPrivateError` when it exists but is not a
+    directory of this user's that nobody else can read or write: then fiber must not
+    use it (someone else could read a secret there, or plant what fiber acts on)."""
     if create:
         try:
             os.mkdir(path, 0o700)
@@ -54,15 +63,40 @@ def _private_directory(create: bool) -> str | None:
         info = os.lstat(path)
     except FileNotFoundError:
         return None
-    if (not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid()
-            or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+    why = None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "it is not a directory" + (" (a symbolic link)" if stat.S_ISLNK(info.st_mode)
+                                          else "")
+    elif info.st_uid != os.getuid():
+        why = f"it belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        why = f"its mode {stat.S_IMODE(info.st_mode):04o} lets other users in"
+    if why is not None:
+        raise NotPrivateError(
+            f"{path} is not a directory private to this user: {why}. fiber does not use "
+            "it. Remove it if it is yours (or ask its owner or the administrator to), or "
+            "set TMPDIR to a directory of your own")
+    return path
+
+
+def private_directory(path: str, create: bool) -> str | None:
+    """``path`` as :func:`check_private` gives it, or None (with one warning per
+    process) when it is not private: records name processes to signal, so nobody else
+    may write them, and `fiber jobs` and `fiber clean` cannot see jobs then."""
+    global _warned
+    try:
+        return check_private(path, create)
+    except NotPrivateError as exc:
         if not _warned:
             _warned = True
-            logger.warning("%s is not a directory private to this user: the local backend "
-                           "does not record its jobs there, so `fiber jobs` and `fiber clean` "
-                           "cannot see them (remove it)", path)
+            logger.warning("%s (fiber jobs and fiber clean cannot see this user's jobs "
+                           "until then)", exc)
         return None
-    return path
+
+
+def _private_directory(create: bool) -> str | None:
+    """The records directory (see :func:`private_directory`)."""
+    return private_directory(directory(), create)
 
 
 def start_time(pid: int) -> int | None:
@@ -165,3 +199,63 @@ def read_all() -> Iterator[Record]:
             yield record
         else:
             remove(record.pid, record.started)
+
+
+# -- log directories ------------------------------------------------------------------
+#: the start of the name of a local backend's log directory, in the temp directory:
+#: ``fiber-local-logs-<creator pid>-<creator start time>-<random>``
+LOG_PREFIX = "fiber-local-logs-"
+_LOG_DIRECTORY = re.compile(r"fiber-local-logs-(\d+)-(\d+)-[A-Za-z0-9_]+\Z")
+
+
+def log_directory_prefix() -> str:
+    """The prefix of the log directory this process makes (it names this process, so
+    that once the process is gone another one can tell that the directory is left)."""
+    pid = os.getpid()
+    return f"{LOG_PREFIX}{pid}-{start_time(pid) or 0}-"
+
+
+@dataclass(frozen=True)
+class LogDirectory:
+    """A local backend's log directory whose creator has ended."""
+
+    path: str
+    creator: int
+    size: int  # bytes of the files in it
+
+
+def ended_log_directories() -> list[LogDirectory]:
+    """This user's log directories (in the temp directory) whose creating process has
+    ended and that no running job recorded here writes to: what a killed program left."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    candidates = [(name, m) for name in names if (m := _LOG_DIRECTORY.match(name))]
+    if not candidates:
+        return []
+    # (a job of a killed creator may still run and write its log there)
+    in_use = {os.path.dirname(record.log) for record in read_all()}
+    found = []
+    for name, match in candidates:
+        path = os.path.join(base, name)
+        pid, started = int(match.group(1)), int(match.group(2))
+        if path in in_use or start_time(pid) == started:
+            continue
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid():
+                continue
+            size = sum(entry.stat(follow_symlinks=False).st_size
+                       for entry in os.scandir(path) if entry.is_file(follow_symlinks=False))
+        except OSError:
+            continue
+        found.append(LogDirectory(path, pid, size))
+    return found
+
+
+def remove_log_directory(directory: LogDirectory) -> bool:
+    """Delete a left log directory and the logs in it; whether it is gone."""
+    shutil.rmtree(directory.path, ignore_errors=True)
+    return not os.path.lexists(directory.path)

@@ -12,11 +12,13 @@ two changes:
   (multiprocessing.pool's class, as the pool's remote exceptions carry).
 
 The authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`); the handshake
-is done by the server's handler threads on their side and by :func:`Client` here.
+is done by the listener's gate on the server's side (:class:`Listener`) and by
+:func:`Client` here.
 """
 
 from __future__ import annotations
 
+import queue
 import socket
 import sys
 import traceback
@@ -27,8 +29,10 @@ from typing import Any
 
 from fiber.errors import ConnectionLostError
 from fiber.runtime.managers import stdlib
+from fiber.runtime.managers.admission import MpAdmission, peer_name
 from fiber.runtime.managers.stdlib import ERROR
 from fiber.wire import auth
+from fiber.wire.gate import Gate
 
 __all__ = ["SERIALIZER", "CONNECT_TIMEOUT", "DEAD_PEER_TIMEOUT", "RemoteTraceback",
            "Listener", "Client", "ServerConnection", "ClientConnection", "share_authkey"]
@@ -65,7 +69,10 @@ def _settle_output() -> None:
 
 class ServerConnection(stdlib.Connection):
     """The server's end: an exception sent back carries its formatted traceback; a
-    reply goes after the lines printed before it."""
+    reply goes after the lines printed before it. ``admitted``: authenticated already
+    (by the listener's gate)."""
+
+    admitted = False
 
     def send(self, obj: Any) -> None:
         _settle_output()
@@ -128,7 +135,13 @@ class ClientConnection(stdlib.Connection):
 
 class Listener:
     """A manager server's listening socket (``Listener`` of the "fiber" serializer).
-    Authentication is done by the server's handler threads."""
+
+    Once its server calls :meth:`admit` (:class:`~fiber.runtime.managers.serving.FiberServer`
+    does), connections are authenticated by a gate (:mod:`fiber.wire.gate`: no thread,
+    bounded memory and a deadline per stranger) and :meth:`accept` returns only
+    authenticated ones, marked ``admitted``. Before that (the standard library's own
+    server), ``accept`` returns every connection and the server's handler threads
+    authenticate them."""
 
     def __init__(self, address: tuple, family: str | None = None, backlog: int = 16,
                  authkey: bytes | None = None) -> None:
@@ -136,13 +149,49 @@ class Listener:
         family_ = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.create_server(tuple(address), family=family_, backlog=backlog)
         self.address = self._sock.getsockname()[:2]
+        self._gate: Gate | None = None
+        self._admitted: queue.SimpleQueue[ServerConnection | None] = queue.SimpleQueue()
+        self.closed = False
+
+    def admit(self, authkey: bytes, what: str = "a manager's server") -> None:
+        """Authenticate connections with ``authkey`` on a gate from now on."""
+        key = bytes(authkey)
+        self._gate = Gate("manager", self._take, on_death=self._gate_died)
+        self._gate.listen(self._sock, lambda sock: MpAdmission(key, peer_name(sock), what))
+
+    def _gate_died(self, error: BaseException) -> None:
+        """Nothing can be admitted any more: stop (proxies connecting are refused at
+        once, and the server's accepting loop ends)."""
+        self.closed = True
+        self._admitted.put(None)
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+
+    def _take(self, sock: socket.socket, admission: Any) -> None:
+        sock.setblocking(True)
+        _tune(sock)
+        conn = ServerConnection(sock.detach())
+        conn.admitted = True
+        self._admitted.put(conn)
 
     def accept(self) -> ServerConnection:
+        if self._gate is not None:
+            conn = self._admitted.get()
+            if conn is None:
+                self._admitted.put(None)  # for every other thread in accept()
+                raise OSError("the listener is closed")
+            return conn
         sock, _ = self._sock.accept()
         _tune(sock)
         return ServerConnection(sock.detach())
 
     def close(self) -> None:
+        self.closed = True
+        if self._gate is not None:
+            self._gate.close()
+            self._admitted.put(None)
         self._sock.close()
 
 

@@ -47,6 +47,11 @@ Taken from elsewhere
     ``ConnectionLostError`` at the lowest level (the handshake too).
   ``multiprocessing.connection.answer_challenge``/``deliver_challenge`` (undocumented)
     the authkey handshake a manager's server expects (:func:`authenticate`).
+  ``multiprocessing.connection.CHALLENGE``, ``WELCOME``, ``FAILURE``, ``MESSAGE_LENGTH``
+  and, from Python 3.12, ``_create_response`` and ``_verify_challenge`` (private)
+    the same handshake's messages and digests, which fiber's gate speaks without a
+    thread per connection (:func:`new_challenge`, :func:`verify_response`,
+    :func:`response_to`; :mod:`fiber.runtime.managers.admission`).
   ``multiprocessing.process.current_process().authkey``
     set to the run's secret, so proxies of user-made proxy classes that pickle through
     the standard library authenticate too (:func:`set_process_authkey`).
@@ -67,11 +72,13 @@ proxy's ``_token``, ``_serializer``, ``_manager``, ``_authkey``, ``_Client``, ``
 from __future__ import annotations
 
 import ctypes
+import hmac
 import multiprocessing.connection as _mpc
 import multiprocessing.managers as _mpm
 import multiprocessing.process as _mpp
 import multiprocessing.sharedctypes as _mps
 import multiprocessing.util as _mpu
+import os
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -84,6 +91,7 @@ __all__ = [
     "shutdown_server", "register_serializer", "has_serializer", "client_of",
     "rebuild_proxy", "run_server", "forget_address", "sync_registry",
     "manager_init_kwargs", "authenticate", "set_process_authkey", "is_simple_ctype",
+    "CHALLENGE", "WELCOME", "FAILURE", "new_challenge", "verify_response", "response_to",
 ]
 
 
@@ -99,7 +107,8 @@ def _check() -> None:
         (_mpm.BaseProxy, "multiprocessing.managers.BaseProxy",
          ("_address_to_local", "_callmethod")),
         (_mpc, "multiprocessing.connection",
-         ("Connection", "answer_challenge", "deliver_challenge")),
+         ("Connection", "answer_challenge", "deliver_challenge", "CHALLENGE", "WELCOME",
+          "FAILURE", "MESSAGE_LENGTH")),
         (_mpc.Connection, "multiprocessing.connection.Connection", ("_send", "_recv")),
         (_mpu, "multiprocessing.util", ("Finalize",)),
         (_mps, "multiprocessing.sharedctypes", ("typecode_to_type",)),
@@ -219,6 +228,40 @@ def authenticate(conn: Any, authkey: bytes) -> None:
     """The client's side of the authkey handshake with a manager's server."""
     _mpc_undocumented.answer_challenge(conn, authkey)
     _mpc_undocumented.deliver_challenge(conn, authkey)
+
+
+CHALLENGE: bytes = _mpc_undocumented.CHALLENGE
+WELCOME: bytes = _mpc_undocumented.WELCOME
+FAILURE: bytes = _mpc_undocumented.FAILURE
+
+
+def new_challenge() -> bytes:
+    """What a server's challenge carries after :data:`CHALLENGE`, as this Python's
+    ``deliver_challenge`` makes it."""
+    nonce = os.urandom(_mpc_undocumented.MESSAGE_LENGTH)
+    if hasattr(_mpc, "_create_response"):  # 3.12: the digest is named first
+        return b"{sha256}" + nonce
+    return nonce
+
+
+def verify_response(authkey: bytes, challenge: bytes, response: bytes) -> bool:
+    """Whether ``response`` answers the server's ``challenge`` with ``authkey``."""
+    verify = getattr(_mpc, "_verify_challenge", None)
+    if verify is not None:
+        try:
+            verify(authkey, challenge, response)
+        except _mpc_undocumented.AuthenticationError:
+            return False
+        return True
+    return hmac.compare_digest(hmac.new(authkey, challenge, "md5").digest(), response)
+
+
+def response_to(authkey: bytes, challenge: bytes) -> bytes:
+    """The server's answer to a client's ``challenge`` (what follows CHALLENGE)."""
+    create = getattr(_mpc, "_create_response", None)
+    if create is not None:
+        return create(authkey, challenge)
+    return hmac.new(authkey, challenge, "md5").digest()
 
 
 def set_process_authkey(key: bytes) -> None:

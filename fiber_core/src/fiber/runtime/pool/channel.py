@@ -61,6 +61,9 @@ class PoolChannel:
         if scheduler is None:
             request.reply(_STOP)
             return
+        if len(payload) < _HEADER_END:
+            request.reply(b"malformed pool request", transport.ERROR)
+            return
         op = bytes(payload[:1])
         wid, line = POOL_HEADER.unpack_from(payload, 1)
         done: list[Outcome] = []

@@ -36,6 +36,7 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from fiber import threads
 from fiber.runtime.pool.results import IMapIterator
 from fiber.runtime.pool.scheduler import RUN, TERMINATE, Scheduler
 
@@ -113,11 +114,21 @@ class Feeder:
         self._position = 0  # items submitted
         self._item_bytes = 0  # the first item's pickled size: big items, fewer ahead
         sink._feeder = self
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name="fiber-pool-feeder")
+        self.thread = threads.start("fiber-pool-feeder", self._run, fails=self._died,
+                                    started=False)
 
     def start(self) -> None:
         self.thread.start()
+
+    def _died(self, error: BaseException) -> None:
+        """The thread died (a bug of ours): the caller's iteration raises ``error`` at
+        the position reached, rather than wait for ever."""
+        try:
+            sink = self._sink()
+            if sink is not None:
+                sink._fail_at(self._position, error)
+        finally:
+            self._on_end(self)
 
     # -- what the iterator reports (any thread; no lock of ours held) ----------------
     def consumed(self, items: int) -> None:
@@ -185,25 +196,18 @@ class Feeder:
         return items, False, None
 
     def _run(self) -> None:
-        try:
-            if type(self._iterable) in (list, tuple, range):
-                error, ended = self._feed_sequence()
-            else:
-                error, ended = self._feed_iterator()
-            sink = self._sink()
-            if sink is not None:
-                if error is not None:
-                    sink._fail_at(self._position, error)
-                elif ended:
-                    sink._set_length(self._position)
-        except BaseException:  # a bug of ours: the caller must not wait forever
-            logger.exception("the feeder of an imap failed")
-            sink = self._sink()
-            if sink is not None:
-                sink._fail_at(self._position, RuntimeError(
-                    "the feeder of this imap failed (see the log)"))
-        finally:
-            self._on_end(self)
+        # (an exception here is a bug of ours: fiber.threads logs it and calls _died)
+        if type(self._iterable) in (list, tuple, range):
+            error, ended = self._feed_sequence()
+        else:
+            error, ended = self._feed_iterator()
+        sink = self._sink()
+        if sink is not None:
+            if error is not None:
+                sink._fail_at(self._position, error)
+            elif ended:
+                sink._set_length(self._position)
+        self._on_end(self)
 
     def _stopped(self) -> BaseException | None:
         """Why reading stops when :meth:`_room` says so (None: the iterator is gone)."""

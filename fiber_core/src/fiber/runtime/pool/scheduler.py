@@ -766,6 +766,9 @@ class Scheduler:
                            w.id, len(running) + len(later), len(retry) + len(later))
             logger.debug("pool worker %d was running tasks %s", w.id,
                          [(t.id, t.start, t.attempts) for t in running])
+        if self.broken is not None:  # no worker will run them: they fail with the cause
+            failed.extend(t for t in retry + later if not t.done)
+            retry, later = [], []
         for task in reversed(retry + later):
             self.queue.appendleft(task)
         self.notify()
@@ -773,6 +776,9 @@ class Scheduler:
         outcomes: list[Outcome] = []
         for task in failed:
             task.done = True
+            if self.broken is not None and task.attempts < self.attempts_limit:
+                outcomes.append((task, False, self.broken))
+                continue
             outcomes.append((task, False, WorkerLostError(
                 f"pool task {task.describe()} failed: {task.attempts} worker(s) died "
                 "while running it (it may crash or exhaust its worker)")))

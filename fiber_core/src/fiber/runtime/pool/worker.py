@@ -41,7 +41,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from fiber.errors import ConnectionLostError
+from fiber import threads
+from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime.pool.result_codec import ResultEncoder
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
@@ -94,6 +95,8 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
         func = funcs[func_id]
         began = _clock()
         try:
+            if giver is not None and giver.error is not None:
+                raise giver.error  # its thread died: the task fails with the cause
             if kind == CALL:
                 args, kwds = payload
                 value = func(*args, **kwds)
@@ -132,7 +135,11 @@ class ResultSender:
     results not sent yet for the request that reopens the line; it waits for a message
     being written, so the master always reads a batch's partial results before that
     request. The thread is started for the first batch of more than one task (a pool
-    of ``apply`` calls never needs it)."""
+    of ``apply`` calls never needs it). If it dies (a bug of fiber's, see
+    :mod:`fiber.threads`), the tasks of the running batch whose results it had not sent
+    fail with the :class:`~fiber.errors.FiberThreadError` naming it, so the waiting
+    ``map`` or ``get`` raises it; the worker goes on, its next batches' results going
+    with their lines' requests."""
 
     def __init__(self, client: Any, cid: int, worker_id: int) -> None:
         self._ctx = client.context()
@@ -149,9 +156,13 @@ class ResultSender:
         self._wake.acquire()  # released to wake the thread
         self.idle = False
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="fiber-pool-results",
-                                        daemon=True)
-        self._thread.start()
+        self._held: list[tuple[int, bool, Any]] = []  # taken by the thread, not sent yet
+        #: why the thread died (then :meth:`finish` fails the batch's unsent results)
+        self.error: FiberThreadError | None = None
+        # set once the thread runs its loop or has died: the first finish() waits for
+        # it, so a thread that dies as it starts fails the first batch, not a later one
+        self._up = threading.Event()
+        self._thread = threads.start("fiber-pool-results", self._run, fails=self._died)
 
     def add(self, result: tuple[int, bool, Any]) -> None:
         """A task of the running batch finished (main thread; :func:`run_batch` does
@@ -190,12 +201,28 @@ class ResultSender:
 
     def finish(self, last: list[tuple[int, bool, Any]]) -> list[tuple[int, bool, Any]]:
         """The batch is done: its results not sent yet, ``last`` included (main
-        thread)."""
+        thread). If the thread died, each of them is a failure with its
+        :class:`~fiber.errors.FiberThreadError` instead: the tasks whose results went
+        through the dead thread fail with the cause, which the waiting call raises."""
         with self._lock:
-            rest = list(self.pending)
+            if not self._up.is_set():
+                self._up.wait()
+            rest = self._held + list(self.pending)
+            self._held = []
             self.pending.clear()
         rest.extend(last)
-        return rest
+        error = self.error
+        if error is None:
+            return rest
+        packed = serialization.pack_exception(error)
+        return [(task_id, False, packed) for task_id, _, _ in rest]
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died (in it): the main thread fails the batch's unsent results
+        (:meth:`finish`) and runs the next batches without a sender."""
+        self.error = error
+        self.idle = False  # (nothing hands a result to a dead thread)
+        self._up.set()
 
     def close(self) -> None:
         self._closed = True
@@ -206,6 +233,7 @@ class ResultSender:
 
     def _run(self) -> None:
         pending = self.pending
+        self._up.set()
         while not self._closed:
             self.idle = True
             if not pending:
@@ -214,10 +242,12 @@ class ResultSender:
             with self._lock:
                 if not pending or self._closed:
                     continue
-                results = []
+                results = self._held  # (what the thread holds if it dies)
                 while pending:
                     results.append(pending.popleft())
-                if not self._send(results):
+                sent = self._send(results)
+                self._held = []
+                if not sent:
                     return
 
 
@@ -245,6 +275,9 @@ class Giver:
         self._closed = 0  # times it closed it
         self._changed = threading.Condition(self._lock)
         self._thread: threading.Thread | None = None
+        #: why the thread died (then every task not started yet fails with it)
+        self.error: FiberThreadError | None = None
+        self._up = threading.Event()  # the thread runs, or has died
 
     def open(self) -> None:
         """The master asks for the give line (main thread)."""
@@ -252,9 +285,15 @@ class Giver:
             self._opened += 1
             self._changed.notify()
         if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="fiber-pool-give",
-                                            daemon=True)
-            self._thread.start()
+            self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
+            self._up.wait()  # (a thread dying as it starts fails the first batch)
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died (in it): recalls go unanswered, so the worker cannot tell
+        which tasks the master takes back; every task it has not started fails with
+        ``error`` instead of running (:func:`run_batch`), so the waiting call raises."""
+        self.error = error
+        self._up.set()
 
     def begin(self, task_id: int) -> bool:
         """Whether to run ``task_id`` (False: it was given back); it counts as started."""
@@ -283,6 +322,7 @@ class Giver:
     def _run(self) -> None:
         ctx = self._ctx
         opening = GIVE + _HEADER.pack(self._worker_id, 0) + serialization.dumps([])
+        self._up.set()
         try:
             while True:
                 with self._changed:
@@ -315,6 +355,7 @@ def worker(address: str, cid: int, worker_id: int,
     confirm = client.context()
     sender: ResultSender | None = None
     encoder = ResultEncoder()  # the main thread's (the sender has its own)
+    sender_died = False
     lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
         ctx = client.context()
@@ -343,11 +384,14 @@ def worker(address: str, cid: int, worker_id: int,
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
             giver.line = line
-            if len(batch) > 1:
+            if len(batch) > 1 and not sender_died:
                 if sender is None:
                     sender = ResultSender(client, cid, worker_id)
                 sender.line = line
                 results = sender.finish(run_batch(batch, funcs, sender, giver))
+                # its thread died: this batch's unsent results failed with the cause;
+                # the next batches' results go with their lines' requests
+                sender_died = sender.error is not None
             else:
                 results = run_batch(batch, funcs, None, giver)
             giver.end_batch()

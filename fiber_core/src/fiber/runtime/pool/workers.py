@@ -25,8 +25,9 @@ another fiber version, an exit status or a crash) counts as a start failure; one
 was killed from outside (a signal such as SIGKILL or SIGTERM: a user, an OOM killer, the
 local backend's template dying) does not, however early it dies. ``START_FAILURES_LIMIT``
 start failures in a row, or a ``start()`` that raises, *break* the pool: every waiting
-result fails with that error (the last failed worker's own) and new submissions raise
-it. ``start()`` itself rides out the backend's transient errors
+result fails with that error (the last failed worker's own), new submissions raise
+it, and the workers that did start are ended (a pool whose second worker's start
+raises does not keep the first). ``start()`` itself rides out the backend's transient errors
 (:mod:`fiber.runtime.retry`), so only a permanent error, or one that outlasted the retry
 budget, breaks the pool; a retry stops early when the pool is terminated.
 
@@ -46,7 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
-from fiber import util
+from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
 from fiber.runtime import popen, retry, run, submit
@@ -127,10 +128,10 @@ class WorkerSet:
         self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
                                                self._backend, STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
-        self._supervisor = threading.Thread(target=WorkerSet._supervise, daemon=True,
-                                            args=(weakref.ref(self), changed),
-                                            name="fiber-pool-supervisor")
-        self._supervisor.start()
+        ref = weakref.ref(self)
+        self._supervisor = threads.start("fiber-pool-supervisor", WorkerSet._supervise,
+                                         ref, changed,
+                                         fails=lambda error: WorkerSet._supervisor_died(ref, error))
 
     # -- keeping the size -----------------------------------------------------------
     @staticmethod
@@ -157,6 +158,14 @@ class WorkerSet:
                 except RuntimeError:  # terminated meanwhile
                     return
             del workers
+
+    @staticmethod
+    def _supervisor_died(ref: weakref.ref[WorkerSet], error: BaseException) -> None:
+        """No worker will be started or replaced: the pool is broken (its queued
+        tasks and later calls fail with ``error``)."""
+        workers = ref()
+        if workers is not None:
+            workers._break(error)
 
     def _plan(self) -> list[Worker] | None:
         """Workers to start now ([] for none), or None when supervising is over.
@@ -202,11 +211,16 @@ class WorkerSet:
             self.processes.append(process)
             # (the finalizer is no longer alive once it has begun: from then on it ends
             # the processes it found, and this one is not among them)
-            late = s.state == TERMINATE or not self.finalizer.still_active()
+            late = s.state == TERMINATE or not self.finalizer.still_active() \
+                or s.broken is not None
         if late:
-            # terminate(), or the collection of the pool, ended the workers it knew of
-            # while this one was starting
+            # terminate(), the collection of the pool or its break (another worker's
+            # start raised) ended the workers it knew of while this one was starting
             terminate_workers([process], None, self._cid)
+            if s.broken is not None:
+                with self._changed:
+                    failed = [outcome for w in job for outcome in s.lose(w)]
+                settle(failed)
             return
         ref = weakref.ref(self)
 
@@ -258,10 +272,17 @@ class WorkerSet:
         settle(failed)
 
     def _break(self, exc: BaseException) -> None:
-        """Workers cannot be started: fail everything waiting, refuse new work."""
+        """Workers cannot be started: fail everything waiting, refuse new work, and
+        end the workers that did start (nothing will be given to them; the tasks they
+        hold fail with ``exc`` as they are lost, see ``Scheduler.lose``)."""
         with self._changed:
             failed = self._scheduler.break_(exc)
+            started = list(self.processes)
         settle(failed)
+        if started:
+            logger.info("ending the %d pool worker(s) started before the pool broke",
+                        len(started))
+            popen.end_processes(started)
 
     # -- resizing -------------------------------------------------------------------
     def resize(self, processes: int) -> None:

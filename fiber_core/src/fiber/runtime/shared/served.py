@@ -37,6 +37,7 @@ from fiber import util
 from fiber.runtime import run
 from fiber.runtime.managers import connection, stdlib, sync
 from fiber.runtime.managers.proxies import rebuild_proxy
+from fiber.runtime.managers.serving import FiberServer, accept_forever
 from fiber.wire import auth
 
 __all__ = ["SERIALIZER", "register", "token_for", "proxy_of", "serving", "stop"]
@@ -84,29 +85,17 @@ def register(typeid: str, proxytype: type, exposed: Sequence[str] | None = None,
         _server.registry[typeid] = _registry[typeid]
 
 
-def _accept(server: Any, listener: Any) -> None:
-    """The server's accepting thread: a thread per connection (the standard library's
-    ``Server.accepter``, which would spin on a closed listener)."""
-    while True:
-        try:
-            conn = listener.accept()
-        except OSError:
-            if _stopping:
-                return
-            continue
-        threading.Thread(target=server.handle_request, args=(conn,), daemon=True,
-                         name="fiber-shared-line").start()
-
-
 def _start() -> Any:
     global _server, _listener
     connection.share_authkey()
-    server = stdlib.Server(dict(_registry), (run.listen_host(), 0), auth.get_authkey(),
-                           SERIALIZER)
+    server = FiberServer(dict(_registry), (run.listen_host(), 0), auth.get_authkey(),
+                         SERIALIZER)
     _listener = server.listener
     server.stop_event = threading.Event()  # serve_forever() would set it; lines read it
-    threading.Thread(target=_accept, args=(server, server.listener), daemon=True,
-                     name="fiber-shared-server").start()
+    # a thread per authenticated connection (the listener's gate admits them)
+    threading.Thread(target=accept_forever, args=(server, "fiber-shared-line",
+                                                  lambda: _stopping),
+                     daemon=True, name="fiber-shared-server").start()
     util.at_exit("shared state", util.SHARED_STATE, stop)
     logger.debug("serving shared objects of pid %d at %s:%s", os.getpid(), *server.address)
     _server = server

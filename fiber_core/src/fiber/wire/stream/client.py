@@ -27,6 +27,7 @@ from fiber.wire.stream.framing import FRAME as _FRAME
 from fiber.wire.stream.framing import (
     HANDSHAKE_MAX,
     READ_SIZE,
+    allocate,
     connect,
     frame,
     read_frame_blocking,
@@ -196,6 +197,9 @@ class StreamClient:
                 self._cond.notify_all()
 
     def _read_frame(self, deadline: float | None) -> tuple[int, bytes]:
+        """The next frame (line, body); raises :class:`OSError` when the connection
+        ends, or announces a frame longer than can be allocated, and
+        :class:`TimeoutError` at ``deadline``."""
         buf = self._rbuf
         if deadline is not None and not buf:
             left = max(0.0, deadline - time.monotonic())
@@ -213,7 +217,7 @@ class StreamClient:
             body = bytes(buf[_FRAME.size:end])
             del buf[:end]
             return line, body
-        big = bytearray(size)
+        big = allocate(size)
         have = len(buf) - _FRAME.size
         big[:have] = buf[_FRAME.size:]
         buf.clear()

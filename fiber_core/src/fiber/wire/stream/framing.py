@@ -14,8 +14,8 @@ import socket
 from fiber.wire.protocol import STREAM_FRAME as FRAME
 from fiber.wire.protocol import STREAM_SCHEME as SCHEME
 
-__all__ = ["BIG", "FRAME", "HANDSHAKE_MAX", "READ_SIZE", "SCHEME", "connect", "frame",
-           "nodelay", "read_frame_blocking", "split_address"]
+__all__ = ["BIG", "FRAME", "HANDSHAKE_MAX", "READ_SIZE", "SCHEME", "allocate", "connect",
+           "frame", "nodelay", "read_frame_blocking", "split_address"]
 
 HANDSHAKE_MAX = 1024  # the largest frame a handshake may send
 READ_SIZE = 64 * 1024  # read into a reused buffer: recv(n) would allocate n bytes
@@ -23,13 +23,17 @@ BIG = 1 << 20  # frames from this size are read straight into their own buffer
 
 
 def split_address(address: str) -> tuple[str, int, str | None]:
-    """``stream://HOST:PORT[?local=NAME]`` -> host, port, local socket name."""
+    """``stream://HOST:PORT[?local=NAME]`` -> host, port, local socket name; raises
+    :class:`ValueError` for anything else (a port that is not a number in 0-65535)."""
     if not address.startswith(SCHEME):
         raise ValueError(f"not a stream address: {address!r}")
     rest, _, query = address[len(SCHEME):].partition("?")
     host, _, port = rest.rpartition(":")
     local = query[len("local="):] if query.startswith("local=") else None
-    return host.strip("[]"), int(port), local or None
+    number = int(port)
+    if not 0 <= number <= 65535:
+        raise ValueError(f"not a port number in stream address {address!r}")
+    return host.strip("[]"), number, local or None
 
 
 def connect(host: str, port: int, local: str | None, timeout: float) -> socket.socket:
@@ -74,6 +78,17 @@ def read_frame_blocking(sock: socket.socket, limit: int) -> tuple[int, bytes] | 
     if size > limit:
         return None
     return line, _recv_exact(sock, size)
+
+
+def allocate(size: int) -> bytearray:
+    """The buffer of a frame's body of ``size`` bytes; :class:`ConnectionResetError`
+    when no such buffer can be had (a length no fiber peer sends: the connection is
+    dropped, and the thread that reads it goes on)."""
+    try:
+        return bytearray(size)
+    except (MemoryError, OverflowError):
+        raise ConnectionResetError(
+            f"a frame of {size} bytes announced, more than can be allocated") from None
 
 
 def frame(line: int, body: bytes) -> bytes:

@@ -1,8 +1,10 @@
 """The listening side of the stream wire: a hub's :class:`StreamListener`.
 
-It accepts connections on TCP and (Linux) an abstract Unix socket, runs the hub's half
-of the handshake (:class:`~fiber.wire.handshake.HubHandshake`) on a thread per new
-connection, so that a slow or silent client cannot stall the others, then reads every
+It accepts connections on TCP and (Linux) an abstract Unix socket through a
+:class:`~fiber.wire.gate.Gate`, which runs the hub's half of the handshake
+(:class:`~fiber.wire.handshake.HubHandshake`) for every new connection from one thread,
+with bounded memory, a deadline and a cap on connections still authenticating (a
+stranger costs no thread and cannot stall the others), then reads every
 authenticated connection from one selector thread and hands each request to the hub
 (``dispatch``) as a :class:`StreamRequest`. Replies are written by whichever thread
 answers, without blocking: what the socket cannot take at once is left to the selector
@@ -30,6 +32,7 @@ import time
 from collections.abc import Callable
 
 from fiber.wire.channel import Request
+from fiber.wire.gate import Admission, FramedAdmission, Gate
 from fiber.wire.handshake import HubHandshake
 from fiber.wire.protocol import AUTH_REFUSED, AUTH_TIMEOUT, OK
 from fiber.wire.stream.framing import (
@@ -37,13 +40,13 @@ from fiber.wire.stream.framing import (
     HANDSHAKE_MAX,
     READ_SIZE,
     SCHEME,
+    allocate,
     frame,
     nodelay,
-    read_frame_blocking,
 )
 from fiber.wire.stream.framing import FRAME as _FRAME
 
-__all__ = ["StreamListener", "StreamRequest"]
+__all__ = ["StreamAdmission", "StreamListener", "StreamRequest"]
 
 logger = logging.getLogger("fiber")
 
@@ -103,7 +106,9 @@ class _Connection:
 
     # reading (by the holder of rlock)
     def read(self) -> list[tuple[int, bytes]]:
-        """Frames that are complete now; raises ConnectionResetError at the end."""
+        """Frames that are complete now; raises :class:`ConnectionResetError` at the end,
+        or when a frame announces a length that cannot be allocated (not a frame of
+        fiber's: the connection is dropped, not the thread that reads it)."""
         frames: list[tuple[int, bytes]] = []
         while True:
             if self._big is not None:
@@ -136,7 +141,7 @@ class _Connection:
                     start = end
                     continue
                 if size >= BIG:
-                    body = bytearray(size)
+                    body = allocate(size)
                     have = len(buf) - start - _FRAME.size
                     body[:have] = buf[start + _FRAME.size:]
                     self._big, self._big_line, self._big_got = body, line, have
@@ -240,9 +245,6 @@ class StreamListener:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
-        self._selector.register(self._sock, selectors.EVENT_READ, None)
-        if self._local is not None:
-            self._selector.register(self._local, selectors.EVENT_READ, None)
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._lock = threading.Lock()
         self._joining: list[_Connection] = []  # authenticated, to be registered
@@ -253,6 +255,13 @@ class StreamListener:
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="fiber-stream", daemon=True)
         self._thread.start()
+        # strangers are held at the gate until they prove the run's secret
+        self.failure: BaseException | None = None  # why it stopped admitting, if it did
+        self.gate = Gate("stream", self._admitted, deadline=AUTH_TIMEOUT,
+                         on_death=self._gate_died)
+        for listening in (self._sock, self._local):
+            if listening is not None:
+                self.gate.listen(listening, self._admission)
         logger.debug("stream listener on %s", self.address)
 
     def _wake(self) -> None:
@@ -266,43 +275,24 @@ class StreamListener:
             self._writers.add(conn)
         self._wake()
 
-    # -- accepting ----------------------------------------------------------------
-    def _accept(self, listening: socket.socket) -> None:
-        while True:
-            try:
-                sock, _ = listening.accept()
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError:
-                return
-            threading.Thread(target=self._handshake, args=(sock,), daemon=True,
-                             name="fiber-stream-auth").start()
+    def _gate_died(self, error: BaseException) -> None:
+        """No connection can be admitted any more: close the listening sockets, so
+        that jobs connecting are refused at once (their start fails naming this)."""
+        self.failure = error
+        for listening in (self._sock, self._local):
+            if listening is not None:
+                try:
+                    listening.close()
+                except OSError:
+                    pass
 
-    def _handshake(self, sock: socket.socket) -> None:
-        """The hub's half of the handshake, on a thread of its own so that a slow or
-        silent client cannot stall the others; then the connection joins the selector."""
-        handshake = HubHandshake(self._key, _peer_name(sock))
-        try:
-            sock.setblocking(True)
-            sock.settimeout(AUTH_TIMEOUT)
-            nodelay(sock)
-            while not handshake.accepted and handshake.refused is None:
-                got = read_frame_blocking(sock, HANDSHAKE_MAX)
-                if got is None:
-                    line, reply = 0, handshake.refuse("a frame too long for a handshake")
-                else:
-                    line, reply = got[0], handshake.step(got[1])
-                sock.sendall(frame(line, reply))
-        except TimeoutError:
-            if handshake.expired(AUTH_TIMEOUT):
-                _send_quietly(sock, frame(0, AUTH_REFUSED))
-        except OSError as exc:
-            handshake.dropped(exc)
-        if not handshake.accepted:
-            sock.close()
-            return
-        sock.settimeout(None)
-        sock.setblocking(False)
+    # -- admitting (on the gate's thread) ----------------------------------------------
+    def _admission(self, sock: socket.socket) -> StreamAdmission:
+        nodelay(sock)
+        return StreamAdmission(HubHandshake(self._key, _peer_name(sock)))
+
+    def _admitted(self, sock: socket.socket, admission: Admission) -> None:
+        """An authenticated connection joins the selector."""
         conn = _Connection(self, sock)
         with self._lock:
             if self._closed:
@@ -323,9 +313,7 @@ class StreamListener:
                 raise
             for key, mask in events:
                 obj = key.fileobj
-                if obj is self._sock or obj is self._local:
-                    self._accept(obj)
-                elif obj == self._wake_r:
+                if obj == self._wake_r:
                     self._drain_wake()
                 else:
                     conn: _Connection = key.data
@@ -495,6 +483,7 @@ class StreamListener:
     def close(self) -> None:
         with self._lock:
             self._closed = True
+        self.gate.close()
         self._wake()
         for conn in list(self._conns):
             conn.close()
@@ -504,6 +493,33 @@ class StreamListener:
                     sock.close()
             except OSError:
                 pass
+
+
+class StreamAdmission(FramedAdmission):
+    """The hub's half of the handshake over stream frames, driven by the gate: frames
+    longer than :data:`~fiber.wire.stream.framing.HANDSHAKE_MAX` are refused unread."""
+
+    def __init__(self, handshake: HubHandshake) -> None:
+        super().__init__(_FRAME, HANDSHAKE_MAX)
+        self.handshake = handshake
+
+    def _verdict(self, reply: bytes) -> bytes:
+        self.accepted = self.handshake.accepted
+        self.refused = self.handshake.refused
+        return reply
+
+    def message(self, fields: tuple, body: bytes) -> bytes:
+        return self._verdict(frame(fields[1], self.handshake.step(body)))
+
+    def refuse(self, reason: str) -> bytes:
+        return self._verdict(frame(0, self.handshake.refuse(reason)))
+
+    def expired(self, seconds: float) -> bytes:
+        expired = self.handshake.expired(seconds)
+        return self._verdict(frame(0, AUTH_REFUSED) if expired else b"")
+
+    def dropped(self, cause: object) -> None:
+        self.handshake.dropped(cause)
 
 
 def _peer_name(sock: socket.socket) -> str:
@@ -522,9 +538,3 @@ def _peer_name(sock: socket.socket) -> str:
         return "a peer that left"
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
-
-def _send_quietly(sock: socket.socket, data: bytes) -> None:
-    try:
-        sock.sendall(data)
-    except OSError:
-        pass

@@ -1,0 +1,151 @@
+"""Every thread fiber starts, started by :func:`start`: named, its death recorded, and
+what depends on it failed with the cause.
+
+A thread that ends with an uncaught exception is logged once (its name and the
+traceback, on the ``fiber`` logger, ERROR) and recorded (:func:`deaths`); then the
+``fails`` callback its starter gave is called, in the dying thread, with a
+:class:`~fiber.errors.FiberThreadError` naming the thread and carrying the exception as
+``__cause__``. That callback wakes whoever waits on the thread (a pool's result, a
+queue's ``get``, a status request) with the error, and makes later calls raise it. A
+thread whose death only costs itself (it serves one short job whose failure is
+reported another way) is started with ``exempt="why"`` instead: logged and recorded,
+nothing else. In a job, a thread without which the job cannot go on fails it with
+:func:`end_process`: the job writes one line to its stderr and exits with
+:data:`THREAD_DIED_EXIT`, which its parent sees at once as a lost process.
+
+Every kind of thread is declared in :data:`KINDS` (a thread's name is its kind, or
+starts with it and a dash: ``fiber-monitor-slurm``); ``tests/core/test_thread_death.py``
+kills each kind and checks that the call depending on it raises, so a new kind needs
+a test there.
+
+**Fault injection for tests.** When the environment variable
+:data:`FAULT_ENV` (a job of the local backend inherits it) names a kind (a comma-separated list), each
+thread of that kind raises ``RuntimeError`` as its first act, before its target runs.
+Read once per thread start: threads start rarely, and nothing per message is wrapped.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable
+
+from fiber.errors import FiberThreadError
+
+__all__ = ["FAULT_ENV", "KINDS", "THREAD_DIED_EXIT", "deaths", "end_process", "start"]
+
+logger = logging.getLogger("fiber")
+
+#: names kinds of thread that raise at once when started (tests only, see the module)
+FAULT_ENV = "_FIBER_TEST_THREAD_FAULT"
+
+#: the exit code of a job ended by :func:`end_process` (70 is a job whose parent is gone)
+THREAD_DIED_EXIT = 71
+
+#: every kind of thread fiber starts: name (or name prefix) -> what it does
+KINDS: dict[str, str] = {
+    # the parent's runtime
+    "fiber-monitor": "polls a backend for the statuses of its jobs",
+    "fiber-pool-supervisor": "keeps a pool at its size (starts its workers)",
+    "fiber-pool-feeder": "reads an imap's input and submits it",
+    "fiber-progress": "draws a map's progress bar",
+    "fiber-end": "asks a backend to end jobs",
+    "fiber-end-at-exit": "asks a backend a last time to end jobs, at exit",
+    "fiber-reaper": "asks again to end the jobs whose end failed",
+    "fiber-release": "frees a job's resources at exit",
+    "fiber-status": "answers one `fiber top` request",
+    "fiber-stdlib-queue": "feeds a multiprocessing.Queue's items to the jobs given it",
+    "fiber-conn-watch": "watches the readiness of a queue or pipe owned elsewhere",
+    "fiber-fork-holds": "frees what a forked child held once it exits",
+    "fiber-call": "one of the threads making a backend's calls in parallel",
+    "fiber-forkserver": "reads the local backend's template process",
+    "fiber-timers": "runs the hub's deadlines (timeouts, heartbeat checks)",
+    "fiber-nng-close": "closes an nng connection whose peer went away",
+    "fiber-gate": "admits a listener's new connections through their handshakes",
+    # a job's runtime
+    "fiber-heartbeat": "a job's heartbeat with its parent",
+    "fiber-output": "sends a job's stdout or stderr to its parent",
+    "fiber-pool-results": "sends a pool worker's results",
+    "fiber-pool-give": "serves a pool worker's give line (recalls of queued tasks)",
+    # plugins (they start threads through fiber.backend.start_thread)
+    "fiber-k8s-watch": "watches the pods of a Kubernetes run",
+    "fiber-ssh-prepare": "prepares one SSH host",
+    "fiber-ssh-reader": "reads the output of one SSH job",
+    "fiber-ssh-dispatch": "starts queued SSH jobs as hosts free up",
+    "fiber-ssh-kill": "ends one SSH job",
+    "fiber-ssh-search": "looks for a job on one SSH host",
+}
+
+_deaths: collections.deque[tuple[str, BaseException]] = collections.deque(maxlen=100)
+
+
+def deaths() -> list[tuple[str, BaseException]]:
+    """The last 100 fiber threads of this process that died: (name, exception)."""
+    return list(_deaths)
+
+
+def start(kind: str, target: Callable[..., object], *args: object, name: str | None = None,
+          fails: Callable[[FiberThreadError], object] | None = None,
+          exempt: str | None = None, daemon: bool = True,
+          started: bool = True) -> threading.Thread:
+    """Start ``target(*args)`` on a thread named ``name`` (default ``kind``), which must
+    be :data:`KINDS`'s ``kind`` or begin with ``kind + "-"``. Exactly one of ``fails``
+    (called with the error if the thread dies, see the module) and ``exempt`` (why
+    nothing depends on the thread) is given. Returns the thread, started unless
+    ``started`` is False (then the caller starts it)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of fiber thread {kind!r}: declare it in "
+                         "fiber.threads.KINDS (and test its death)")
+    name = kind if name is None else name
+    if name != kind and not name.startswith(kind + "-"):
+        raise ValueError(f"thread name {name!r} does not start with its kind {kind!r}")
+    if (fails is None) == (exempt is None):
+        raise TypeError("start() needs exactly one of fails= and exempt=")
+    inject = kind in os.environ.get(FAULT_ENV, "").split(",")
+    thread = threading.Thread(target=_run, args=(name, target, args, fails, inject),
+                              name=name, daemon=daemon)
+    if started:
+        thread.start()
+    return thread
+
+
+def _run(name: str, target: Callable[..., object], args: tuple[object, ...],
+         fails: Callable[[FiberThreadError], object] | None, inject: bool) -> None:
+    try:
+        if inject:
+            raise RuntimeError(f"injected into {name} by {FAULT_ENV}")
+        target(*args)
+    except BaseException as exc:  # noqa: BLE001 - recorded, logged, and what depends on it fails
+        _died(name, exc, fails)
+
+
+def _died(name: str, exc: BaseException,
+          fails: Callable[[FiberThreadError], object] | None) -> None:
+    _deaths.append((name, exc))
+    logger.error("fiber thread %s died: %s: %s", name, type(exc).__name__, exc,
+                 exc_info=(type(exc), exc, exc.__traceback__))
+    if fails is None:
+        return
+    error = FiberThreadError(f"fiber thread {name!r} died: {type(exc).__name__}: {exc}",
+                             thread=name)
+    error.__cause__ = exc
+    try:
+        fails(error)
+    except BaseException:  # noqa: BLE001 - nothing else can report it
+        logger.exception("failing what depends on fiber thread %s failed", name)
+
+
+def end_process(error: FiberThreadError) -> None:
+    """The ``fails`` of a job's thread that the job cannot go on without: one line on
+    the job's stderr (its log), then exit with :data:`THREAD_DIED_EXIT`, so that its
+    parent sees a lost process at once rather than a silent one."""
+    try:
+        stream = sys.__stderr__
+        if stream is not None:
+            stream.write(f"fiber: {error}; this job exits\n")
+            stream.flush()
+    finally:
+        os._exit(THREAD_DIED_EXIT)
