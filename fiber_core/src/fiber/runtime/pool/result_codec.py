@@ -1,33 +1,36 @@
 """How a pool worker's results travel to the master, so that a result that cannot
-travel fails its own task and nothing else.
+travel fails its own task and nothing else, at the old cost.
 
 A message (``PARTIAL`` or ``RESULTS``) carries ``[(task_id, ok, value), ...]``, where a
 failure's value is a packed exception (bytes). :meth:`ResultEncoder.encode` (worker)
-writes it in one of two layouts:
+writes it as ONE pickle of that list, as any fiber message (big buffers out of band,
+:func:`fiber.wire.serialization.dumps`' layout), with the C pickler. Its
+``reducer_override`` (called only for objects that are not exact ``int``, ``float``,
+``str``, ``bytes``, ``list``, ``tuple``, ``dict``, ``set``, ...: plain data costs
+nothing) sorts the others:
 
-* *plain*: one pickle of the list, as any fiber message. Used when every value is
-  plain data (exact ``int``, ``float``, ``str``, ``bytes``, ``list``, ``tuple``,
-  ``dict``, ``set``, ...: pickle then never calls a ``__reduce__`` nor names a class,
-  so unpickling runs no user code and cannot fail in the master). The check is free:
-  pickle calls the pickler's ``reducer_override`` for any other object, and ours stops
-  the pickling there.
-* *grouped*: the same one pickle, behind the tasks' ids, when it also holds numpy
-  scalars, dtypes or small arrays (or builtins reduced, such as ``len``): these load
-  wherever numpy does, and pickled together they share one pickle of their classes
-  (one by one, a numpy scalar costs ten times as much). If it fails in the master
-  (numpy missing there), every task of the message fails, named.
-* *framed*: any other result (instances of user classes, big arrays, functions)
-  gets a pickle of its own, with a table of (task id, ok, length) in front. The
-  master loads each on its own (:func:`decode`): one that raises (a class missing
-  in the master, a ``__reduce__`` callable or ``__setstate__`` that raises) becomes an
-  :class:`Unloadable` outcome of its task alone; the others are delivered. A big
-  array keeps its buffer out of band there.
+* builtins (``len``, ``range``, ``complex``, ...) stay inline: they load anywhere;
+* numpy's scalars, dtypes and arrays stay inline too (their pickles share one copy of
+  their classes; one by one a numpy scalar costs ten times as much), and the message
+  is *grouped*: the tasks' ids go in front, so that should it not load in the master
+  (numpy missing there) each of its tasks fails, named;
+* any other object (an instance of a user class, a function, a class) is pickled on
+  its own, by pickle or else cloudpickle, and stands in the message as
+  ``pickle.loads(its pickle)`` (C, no Python frame when it loads), its big buffers
+  out of band.
 
-A value the worker cannot pickle at all fails its task with multiprocessing's
-``MaybeEncodingError`` (:func:`unpicklable`), built from a bounded ``repr``, so a
-value whose ``repr`` raises (``RecursionError`` for a deeply nested list) or is huge
-costs neither the worker nor the message. A task never fails as a lost worker for its
-result's sake.
+The master (:func:`decode`) loads the message in one ``pickle.loads``, as before. Only
+if that raises (a class missing in the master, a ``__reduce__`` callable or
+``__setstate__`` that raises) it loads it again, with an unpickler that runs each
+nested pickle under ``try``: one that raises becomes an :class:`Unloadable` outcome of
+the task whose value holds it, the others are delivered.
+
+A value the worker cannot pickle at all (nor cloudpickle) makes the one pickle raise;
+the worker then encodes each result alone, and those that fail fail their task with
+multiprocessing's ``MaybeEncodingError`` (:func:`unpicklable`), built from a bounded
+``repr``, so a value whose ``repr`` raises (``RecursionError`` for a deeply nested
+list) or is huge costs neither the worker nor the message. A task never fails as a
+lost worker for its result's sake.
 """
 
 from __future__ import annotations
@@ -41,17 +44,18 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+import cloudpickle
+
 from fiber.errors import ResultUnpicklingError, SerializationError
 from fiber.wire import serialization
 
 logger = logging.getLogger("fiber")
 
-#: the first byte of a framed message body (a plain one starts with a pickle's b"\x80"
+#: the first byte of a grouped message body (a plain one starts with a pickle's b"\x80"
 #: or :mod:`fiber.wire.serialization`'s b"\x01"/b"\x02")
-FRAMED = b"\x10"
-GROUPED = b"\x11"  # one pickle of trusted values, behind the tasks' ids
+GROUPED = b"\x11"  # the one pickle behind the tasks' ids
+STREAMED = b"\x12"  # one pickle per result, one memo
 _COUNT = struct.Struct("<I")
-_ITEM = struct.Struct("<QBQ")  # task id, ok, length of its value's bytes
 
 Results = list[tuple[int, bool, Any]]
 
@@ -98,67 +102,122 @@ class _NotPlain(Exception):
     pass
 
 
-class _PlainPickler(pickle.Pickler):
-    """Pickles plain data, and numpy's scalars, dtypes and small arrays (*trusted*: their
-    unpickling runs only numpy's code, which fails only where numpy is missing; sent
-    one by one they would cost ten times as much, a pickle of their class each); stops
-    at the first other object pickle would reduce."""
+class _ListPickler(pickle.Pickler):
+    """The C pickler for the one pickle of plain data, builtins and numpy's objects:
+    stops at any other object (see the module's docstring)."""
 
-    trusted = False  # an object of numpy's (or a builtin reduced) was pickled
+    def __init__(self, file: Any, buffer_callback: Callable[[Any], Any] | None) -> None:
+        super().__init__(file, serialization.PROTOCOL, buffer_callback=buffer_callback)
+        self.trusted = False  # an object of numpy's was pickled
 
     def reducer_override(self, obj: Any) -> Any:
-        module: Any = type(obj).__module__
+        cls = type(obj)
+        module: Any = cls.__module__
         if module == "builtins":  # a class or a function: its own module
-            module = getattr(obj, "__module__", None)
-        if not isinstance(module, str) or not (
-                module == "numpy" or module.startswith("numpy.") or module == "builtins"):
-            raise _NotPlain
-        nbytes = getattr(obj, "nbytes", 0)
-        if isinstance(nbytes, int) and nbytes >= serialization.OOB_THRESHOLD:
-            raise _NotPlain  # a big array: framed, its buffer out of band
-        self.trusted = True
-        return NotImplemented
+            module = getattr(obj, "__module__", module)
+            if module == "builtins":
+                return NotImplemented
+        if isinstance(module, str) and (module == "numpy" or module.startswith("numpy.")):
+            self.trusted = True
+            return NotImplemented
+        raise _NotPlain
 
 
 class ResultEncoder:
     """Encodes the results of one worker's messages (one encoder per thread that
-    sends: its pickler and buffer are reused)."""
+    sends: its picklers and buffer are reused)."""
 
     def __init__(self) -> None:
         self._file = io.BytesIO()
-        self._pickler = _PlainPickler(self._file, serialization.PROTOCOL)
+        self._buffers: list[pickle.PickleBuffer] = []
+        self._list = _ListPickler(self._file, self._buffers.append)
+        self._inband: _ListPickler | None = None  # made when first needed
+        self._stream = pickle.Pickler(self._file, serialization.PROTOCOL,
+                                      buffer_callback=self._buffers.append)
 
     def encode(self, results: Results, head: bytes = b"") -> bytes:
-        """``head`` and the body of a message carrying ``results`` (one copy)."""
-        file, pickler = self._file, self._pickler
+        """``head`` and the body of a message carrying ``results``."""
+        try:
+            data = self._dump(self._list, results)
+        except Exception:  # noqa: BLE001 - _NotPlain, or what pickle cannot do (deep data)
+            return self._streamed(results, head)
+        trusted = self._list.trusted
+        if self._buffers:
+            big = [b.raw() for b in self._buffers]
+            if sum(m.nbytes for m in big) >= serialization.OOB_THRESHOLD:
+                data = serialization.with_buffers(data, big)
+            else:  # small arrays: in band, as fiber.wire.serialization.dumps does
+                if self._inband is None:
+                    self._inband = _ListPickler(self._file, None)
+                data = self._dump(self._inband, results)
+            self._buffers.clear()
+        if not trusted:
+            return head + data
+        ids = array.array("Q", [r[0] for r in results])
+        return b"".join([head, GROUPED, _COUNT.pack(len(ids)), ids.tobytes(), data])
+
+    def _dump(self, pickler: Any, obj: Any) -> bytes:
+        file = self._file
         file.seek(0)
         file.truncate()
-        pickler.clear_memo()
-        pickler.trusted = False
+        self._buffers.clear()
         try:
-            pickler.dump(results)
-        except Exception:  # noqa: BLE001 - _NotPlain, or what pickle cannot do (deep data)
-            return _framed(results, head)
-        if not pickler.trusted:
-            return head + file.getvalue()
-        ids = array.array("Q", [r[0] for r in results])
-        return b"".join([head, GROUPED, _COUNT.pack(len(ids)), ids.tobytes(), file.getvalue()])
+            pickler.dump(obj)
+        finally:
+            pickler.clear_memo()  # drop the references to the values
+        return file.getvalue()
+
+    def _streamed(self, results: Results, head: bytes) -> bytes:
+        """The streamed layout: one pickle per result, one memo."""
+        try:
+            data = self._stream_dump(self._stream, results)
+        except Exception:  # noqa: BLE001 - a value only cloudpickle can do, or none
+            results, pickler = self._sendable(results)
+            data = self._stream_dump(pickler, results)
+        if self._buffers:
+            data = serialization.with_buffers(data, [b.raw() for b in self._buffers])
+            self._buffers.clear()
+        return b"".join([head, STREAMED, _COUNT.pack(len(results)), data])
+
+    def _stream_dump(self, pickler: Any, results: Results) -> bytes:
+        file = self._file
+        file.seek(0)
+        file.truncate()
+        self._buffers.clear()
+        dump = pickler.dump
+        try:
+            for result in results:
+                dump(result)
+        finally:
+            pickler.clear_memo()
+        return file.getvalue()
+
+    def _sendable(self, results: Results) -> tuple[Results, Any]:
+        """``results`` with each value that neither pickle nor cloudpickle can do
+        replaced by the failure of its task, and the pickler to stream them with."""
+        out: Results = []
+        by_value = False
+        for result in results:
+            task_id, ok, value = result
+            if ok:
+                try:
+                    pickle.dumps(value, serialization.PROTOCOL, buffer_callback=_discard)
+                except Exception:  # noqa: BLE001 - perhaps cloudpickle can
+                    try:
+                        serialization.pickle_object(value, [])
+                        by_value = True
+                    except Exception as exc:  # noqa: BLE001 - the task fails, not the worker
+                        result = task_id, False, serialization.pack_exception(
+                            unpicklable(exc, value))
+            out.append(result)
+        if not by_value:
+            return out, self._stream
+        return out, cloudpickle.Pickler(self._file, serialization.PROTOCOL,
+                                        buffer_callback=self._buffers.append)
 
 
-def _framed(results: Results, head: bytes) -> bytes:
-    heads = [head, FRAMED, _COUNT.pack(len(results))]
-    bodies = []
-    for task_id, ok, value in results:
-        if ok:
-            try:
-                body = serialization.dumps(value)
-            except Exception as exc:  # noqa: BLE001 - the task fails, not the worker
-                ok, body = False, serialization.pack_exception(unpicklable(exc, value))
-        else:
-            body = value
-        heads.append(_ITEM.pack(task_id, ok, len(body)))
-        bodies.append(body)
-    return b"".join(heads + bodies)
+def _discard(buffer: Any) -> None:
+    pass
 
 
 class Unloadable:
@@ -171,38 +230,113 @@ class Unloadable:
         self.exc = exc
 
 
+class _Failed:
+    """Stands, in a stream loaded again, for what an opcode could not make."""
+
+    __slots__ = ("exc",)
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_Base: Any = pickle._Unpickler  # the pure-Python one: its opcodes can be guarded
+
+
+class _GuardedUnpickler(_Base):
+    """Loads a stream again, an opcode that raises (running a value's code) making a
+    :class:`_Failed` in its place, so that the memo stays in step with the pickler's
+    and each result loads or fails on its own; ``failures`` records what raised."""
+
+    dispatch = dict(_Base.dispatch)
+
+    def __init__(self, file: Any, buffers: Any) -> None:
+        super().__init__(file, buffers=buffers)
+        self.failures: list[BaseException] = []
+
+    def find_class(self, module: str, name: str) -> Any:
+        try:
+            return super().find_class(module, name)
+        except Exception as exc:  # noqa: BLE001 - a class missing here
+            self.failures.append(exc)
+            return _Failed(exc)
+
+
+def _replacing_top(op: Callable[[Any], None]) -> Callable[[Any], None]:
+    def guarded(self: _GuardedUnpickler) -> None:
+        try:
+            op(self)
+        except Exception as exc:  # noqa: BLE001 - a value's code raised
+            self.failures.append(exc)
+            self.stack[-1] = _Failed(exc)
+    return guarded
+
+
+def _popping(op: Callable[[Any], None], count: int) -> Callable[[Any], None]:
+    def guarded(self: _GuardedUnpickler) -> None:
+        depth = len(self.stack) - count
+        try:
+            op(self)
+        except Exception as exc:  # noqa: BLE001 - a value's code raised
+            self.failures.append(exc)
+            del self.stack[depth:]
+            self.stack.append(_Failed(exc))
+    return guarded
+
+
+def _getting(op: Callable[[Any], None]) -> Callable[[Any], None]:
+    def guarded(self: _GuardedUnpickler) -> None:
+        op(self)
+        if type(self.stack[-1]) is _Failed:  # what failed in an earlier result
+            self.failures.append(self.stack[-1].exc)
+    return guarded
+
+
+for _code in (pickle.REDUCE, pickle.BUILD, pickle.APPEND, pickle.APPENDS, pickle.SETITEM,
+              pickle.SETITEMS, pickle.ADDITEMS):
+    _GuardedUnpickler.dispatch[_code[0]] = _replacing_top(_Base.dispatch[_code[0]])
+for _code, _count in ((pickle.NEWOBJ, 2), (pickle.NEWOBJ_EX, 3)):
+    _GuardedUnpickler.dispatch[_code[0]] = _popping(_Base.dispatch[_code[0]], _count)
+for _code in (pickle.GET, pickle.BINGET, pickle.LONG_BINGET):
+    _GuardedUnpickler.dispatch[_code[0]] = _getting(_Base.dispatch[_code[0]])
+
+
+def _stream_loader(count: int) -> Callable[..., Results]:
+    def load(data: Any, buffers: Any = None) -> Results:
+        unpickler = pickle.Unpickler(io.BytesIO(data), buffers=buffers)
+        try:
+            return [unpickler.load() for _ in range(count)]
+        except BaseException:  # noqa: BLE001 - a value's loading runs user code
+            pass
+        guarded = _GuardedUnpickler(io.BytesIO(data), buffers)
+        results: Results = []
+        for _ in range(count):
+            before = len(guarded.failures)
+            result = guarded.load()
+            if len(guarded.failures) > before:
+                result = result[0], False, Unloadable(guarded.failures[before])
+            results.append(result)
+        return results
+    return load
+
+
 def decode(body: memoryview) -> Results:
     """The results of a message body (:meth:`ResultEncoder.encode`). Never raises for
     a value: one that cannot be unpickled here comes as ``(task_id, False,
-    Unloadable)`` (for a grouped message, every task of it)."""
+    Unloadable)`` (for a grouped message that will not load, every task of it)."""
     kind = body[:1]
-    if kind == GROUPED:
+    if kind == STREAMED:
         count = _COUNT.unpack_from(body, 1)[0]
-        start = 1 + _COUNT.size + 8 * count
-        try:
-            return serialization.loads(body[start:])
-        except BaseException as exc:  # noqa: BLE001 - numpy missing here, or broken
-            ids = array.array("Q")
-            ids.frombytes(body[1 + _COUNT.size:start])
-            return [(task_id, False, Unloadable(exc)) for task_id in ids]
-    if kind != FRAMED:
+        return serialization.loads(body[1 + _COUNT.size:], _stream_loader(count))
+    if kind != GROUPED:
         return serialization.loads(body)
     count = _COUNT.unpack_from(body, 1)[0]
-    head = 1 + _COUNT.size
-    offset = head + count * _ITEM.size
-    results: Results = []
-    for i in range(count):
-        task_id, ok, size = _ITEM.unpack_from(body, head + i * _ITEM.size)
-        view = body[offset:offset + size]
-        offset += size
-        if not ok:
-            results.append((task_id, False, bytes(view)))
-            continue
-        try:
-            results.append((task_id, True, serialization.loads(view)))
-        except BaseException as exc:  # noqa: BLE001 - a value's loading runs user code
-            results.append((task_id, False, Unloadable(exc)))
-    return results
+    start = 1 + _COUNT.size + 8 * count
+    try:
+        return serialization.loads(body[start:])
+    except BaseException as exc:  # noqa: BLE001 - numpy missing here, or broken
+        ids = array.array("Q")
+        ids.frombytes(body[1 + _COUNT.size:start])
+        return [(task_id, False, Unloadable(exc)) for task_id in ids]
 
 
 def failure(value: Any, task: Callable[[], str]) -> BaseException:
