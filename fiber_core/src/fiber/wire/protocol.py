@@ -40,7 +40,7 @@ from fiber._version import __version__
 
 PROTOCOL_VERSION = 4  # 2: pool results go back as tasks finish (PoolOp.PARTIAL);
 #                       3: the pool takes back tasks not started (PoolOp.GIVE, RECALL)
-#                       4: a pool result message may be framed or grouped
+#                       4: a pool result message may be grouped or streamed
 #                          (runtime/pool/result_codec.py)
 
 # -- framing and replies ------------------------------------------------------------------
