@@ -20,7 +20,7 @@ import fault_proxy
 import pytest
 
 import fiber
-from fiber.backend import BackendError
+from fiber.backend import BackendError, registry
 
 PODS = "/pods"  # the path fragment of pod creation (POST .../namespaces/NS/pods)
 BUDGET = 30  # the retry budget of these tests; "at once" is well inside it
@@ -58,7 +58,12 @@ def through(proxy, tmp_path):
         return fiber.get_context("kubernetes", kubernetes_kubeconfig=path,
                                  backend_retry_timeout=BUDGET, **settings)
 
-    return context
+    yield context
+    # the contexts' backend instances are closed while the proxy is up: they delete
+    # their pods and the run's Secret through it, and their watchers stop (left open,
+    # an instance kept owning the run's Secret, so a later test's instance could not
+    # delete it, and its watcher polled the closed proxy for the rest of the session)
+    registry.reset_instances()
 
 
 def _run(ctx) -> float:
