@@ -117,14 +117,20 @@ class BackendError(RuntimeError):
     :class:`TransientBackendError`); each class has its default, and a backend may
     override it per error: ``ClusterUnreachableError(message, transient=False)`` for a
     cluster that cannot be reached because of a setting (a missing key file or
-    kubeconfig), which no retry can mend."""
+    kubeconfig), which no retry can mend. ``retry_after`` (seconds) is the cluster's
+    own word on when to ask again (an HTTP ``Retry-After``): the core waits at least
+    that long before the next try."""
 
     transient = False
+    retry_after: float | None = None
 
-    def __init__(self, *args: object, transient: bool | None = None) -> None:
+    def __init__(self, *args: object, transient: bool | None = None,
+                 retry_after: float | None = None) -> None:
         super().__init__(*args)
         if transient is not None:
             self.transient = transient
+        if retry_after is not None:
+            self.retry_after = retry_after
 
 
 class JobCreationError(BackendError):

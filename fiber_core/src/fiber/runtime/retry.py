@@ -6,8 +6,9 @@ A backend says an error is worth another try by raising
 scheduler's time-out, a daemon that restarts, a dropped SSH connection. :func:`call`
 repeats such a call with exponential backoff and full jitter (pauses from
 :data:`FIRST_PAUSE` doubling up to :data:`LONGEST_PAUSE`, each drawn at random between
-half and all of it, so many callers do not hammer a recovering cluster in step) for at
-most the ``backend_retry_timeout`` setting; then the error is raised, with a note that
+half and all of it, so many callers do not hammer a recovering cluster in step; never
+less than the error's ``retry_after``, the cluster's own Retry-After) for at most the
+``backend_retry_timeout`` setting; then the error is raised, with a note that
 says how long it was retried. Any other exception (:class:`~fiber.errors.JobCreationError`:
 the cluster refused the request) is raised at once.
 
@@ -133,7 +134,10 @@ def call(backend: str, action: str, fn: Callable[[], T], budget: float) -> T:
                                  f"{budget:.0f} s of retries: see the "
                                  "backend_retry_timeout setting)")
                     raise
-                wait = min(random.uniform(delay / 2, delay), left)
+                wait = random.uniform(delay / 2, delay)
+                if exc.retry_after is not None:  # the cluster said when (Retry-After)
+                    wait = max(wait, exc.retry_after)
+                wait = min(wait, left)
                 delay = min(delay * 2, LONGEST_PAUSE)
                 if _pause.get()(wait):
                     raise

@@ -203,7 +203,8 @@ class Gate:
                                      fails=self._died)
 
     def _died(self, error: FiberThreadError) -> None:
-        self.failure = error
+        with self._lock:
+            self.failure = error
         if self._on_death is not None:
             self._on_death(error)
 
@@ -215,13 +216,17 @@ class Gate:
     def listen(self, sock: socket.socket,
                make: Callable[[socket.socket], Admission]) -> None:
         """Admit the connections of the listening socket ``sock``, each through the
-        admission ``make(sock)`` returns for it."""
-        sock.setblocking(False)
-        # the kernel's queue of connections not yet accepted only buffers them for the
-        # gate (which takes each at once): a small backlog (multiprocessing's Listener
-        # defaults to 1) would drop connections while the gate's thread waits for the GIL
-        sock.listen(BACKLOG)
+        admission ``make(sock)`` returns for it. Raises the gate's
+        :class:`~fiber.errors.FiberThreadError` when its thread has died."""
         with self._lock:
+            if self.failure is not None:  # its thread died (its owner closes the socket)
+                raise self.failure
+            sock.setblocking(False)
+            # the kernel's queue of connections not yet accepted only buffers them for
+            # the gate (which takes each at once): a small backlog (multiprocessing's
+            # Listener defaults to 1) would drop connections while the gate's thread
+            # waits for the GIL
+            sock.listen(BACKLOG)
             self._added.append((sock, make))
         self._wake()
 

@@ -45,6 +45,7 @@ from fiber.backend import (
     JobStatus,
 )
 from fiber_docker import secretfile, selfcontainer
+from fiber_docker.engine_errors import classify
 from fiber_docker.status import to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes
 
@@ -56,6 +57,8 @@ RUN_LABEL = "fiber.run"
 BACKEND_LABEL = "fiber.backend"
 NAME_LABEL = "fiber.name"
 DEFAULT_ENGINE = "unix:///var/run/docker.sock"
+#: seconds an engine call may take before it is retried (setting docker_timeout)
+DEFAULT_TIMEOUT = 60
 _LIVE_STATES = {"created": JobState.PENDING, "running": JobState.RUNNING,
                 "restarting": JobState.RUNNING, "paused": JobState.RUNNING}
 # Working directories never bind-mounted from the host (they would hide the image).
@@ -108,6 +111,11 @@ class DockerBackend(Backend):
         self._cancelled: set[str] = set()
         self._jobs: dict[str, Job] = {}
         self._image_users: dict[str, str] = {}
+        self._timeout = int(options.get("docker_timeout") or DEFAULT_TIMEOUT)
+        self._reached = False  # this backend has talked to the engine (engine_errors)
+        # containers whose create or start call failed transiently (a time-out): the
+        # engine may still have made them, so close() removes them by name
+        self._unsure: set[str] = set()
 
     # -- engine connection --------------------------------------------------------
     def _engine_hint(self) -> str:
@@ -128,27 +136,27 @@ class DockerBackend(Backend):
                 source = "from DOCKER_HOST" if os.environ.get("DOCKER_HOST") else "the default"
             try:
                 if host:
-                    client = docker.DockerClient(base_url=host, version="auto", timeout=60)
+                    client = docker.DockerClient(base_url=host, version="auto",
+                                                 timeout=self._timeout)
                 else:
-                    client = docker.from_env(version="auto", timeout=60)
+                    client = docker.from_env(version="auto", timeout=self._timeout)
             except docker_errors.DockerException as exc:
-                raise ClusterUnreachableError(
-                    f"cannot reach the Docker engine at {address} ({source}): {exc}; "
-                    + self._engine_hint()
-                ) from None
+                raise classify(exc, address, "ask for its version", self._reached,
+                               f"(that address is {source}) " + self._engine_hint(),
+                               self._timeout) from None
+            self._reached = True
             self._client, self._address = client, address
             logger.debug("connected to the Docker engine at %s", address)
             return client
 
     def _api(self, what: str, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        """Run one engine call, turning a lost connection into ClusterUnreachableError."""
+        """Run one engine call, turning an engine that cannot be reached or does not
+        answer into ClusterUnreachableError (transient or not: engine_errors)."""
         try:
             return call(*args, **kwargs)
-        except requests.exceptions.ConnectionError as exc:
-            raise ClusterUnreachableError(
-                f"lost the Docker engine at {self._address} while trying to {what}: {exc}; "
-                + self._engine_hint()
-            ) from None
+        except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
+            raise classify(exc, self._address, what, self._reached, self._engine_hint(),
+                           self._timeout) from None
 
     # -- this process's own container ---------------------------------------------
     def _own_container(self) -> dict | None:
@@ -277,13 +285,18 @@ class DockerBackend(Backend):
             env[SECRETS_FILE_ENV] = secretfile.PATH
         labels = {str(k): str(v) for k, v in spec.labels.items()}
         labels.update({BACKEND_LABEL: self.name, NAME_LABEL: spec.name})
+        name = _container_name(spec.name)
         try:
             created = self._api(
                 "create a container", client.api.create_container,
                 image=image, command=list(spec.command), environment=env,
-                working_dir=spec.cwd or None, labels=labels, name=_container_name(spec.name),
+                working_dir=spec.cwd or None, labels=labels, name=name,
                 host_config=self._host_config(client, spec, mounts), detach=True,
             )
+        except ClusterUnreachableError:
+            with self._lock:
+                self._unsure.add(name)  # the engine may have made it all the same
+            raise
         except docker_errors.ImageNotFound:
             raise JobCreationError(
                 f"image {image!r} is not on the Docker engine at {self._address}: build it "
@@ -300,6 +313,10 @@ class DockerBackend(Backend):
         except docker_errors.APIError as exc:
             self._remove(container_id)
             raise self._refused("start", spec, image, exc) from None
+        except ClusterUnreachableError:
+            with self._lock:
+                self._unsure.add(container_id)  # it may start yet: close() removes it
+            raise
         host = "localhost" if self._address.startswith("unix://") else self._address
         job = Job(id=container_id, backend=self.name, spec=spec, host=host)
         with self._lock:
@@ -476,6 +493,7 @@ class DockerBackend(Backend):
     def close(self) -> None:
         with self._lock:
             jobs = list(self._jobs.values())
+            unsure, self._unsure = self._unsure, set()
             client, self._client = self._client, None
         if client is None:
             return
@@ -487,6 +505,11 @@ class DockerBackend(Backend):
                     self.release(job)
                 except Exception:  # noqa: BLE001 - closing is best effort
                     logger.debug("cleaning up container %s failed", job.id[:12], exc_info=True)
+            for name in unsure:
+                try:
+                    self._remove(name)
+                except Exception:  # noqa: BLE001 - closing is best effort
+                    logger.debug("removing container %s failed", name, exc_info=True)
         finally:
             with self._lock:
                 self._client = None

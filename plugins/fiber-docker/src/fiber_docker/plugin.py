@@ -13,6 +13,8 @@ Settings (each also read from ``FIBER_<NAME>`` and ``.fiberconfig``):
 - ``docker_pid_host``: run jobs in the host's PID namespace, so that process ids
   are unique across jobs as they are across processes (default true).
 - ``docker_keep_containers``: do not remove ended containers (for debugging).
+- ``docker_timeout``: seconds an engine call may take; a call that takes longer is a
+  transient error, retried (whole seconds, default 60).
 
 The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
 
@@ -27,7 +29,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from fiber.backend import Backend, BackendFactory, ConfigOption, hookimpl, parse_bool
+from fiber.backend import (
+    Backend,
+    BackendFactory,
+    ConfigOption,
+    hookimpl,
+    parse_bool,
+    parse_positive_int,
+)
 from fiber_docker.volumes import parse_volumes
 
 OPTIONS = [
@@ -46,6 +55,8 @@ OPTIONS = [
                  "run jobs in the host's PID namespace (process ids unique across jobs)"),
     ConfigOption("docker_keep_containers", parse_bool, False,
                  "keep ended job containers instead of removing them (debugging)"),
+    ConfigOption("docker_timeout", parse_positive_int, 60,
+                 "seconds an engine call may take before it is retried as a transient error"),
 ]
 
 

@@ -15,7 +15,12 @@ from urllib.parse import urlparse
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from fiber.backend import BackendError, ClusterUnreachableError, JobCreationError
+from fiber.backend import (
+    BackendError,
+    ClusterUnreachableError,
+    JobCreationError,
+    TransientBackendError,
+)
 
 logger = logging.getLogger("fiber.kubernetes")
 
@@ -95,8 +100,24 @@ def connect(options: dict[str, Any]) -> Connection:
                 else current
             namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
     configuration.retries = 1
-    api = client.CoreV1Api(client.ApiClient(configuration))
+    api_client = client.ApiClient(configuration)
+    _bound(api_client, float(options.get("kubernetes_request_timeout") or 60.0))
+    api = client.CoreV1Api(api_client)
     return Connection(api, namespace, configuration.host, use_cluster)
+
+
+def _bound(api_client: client.ApiClient, seconds: float) -> None:
+    """Give every call of ``api_client`` that sets no time-out of its own (a watch
+    sets one) ``seconds``: the client's default is to wait for ever for an API server
+    that accepted the connection and does not answer."""
+    rest = api_client.rest_client
+    unbounded = rest.request
+
+    def request(method: str, url: str, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or seconds
+        return unbounded(method, url, **kwargs)
+
+    rest.request = request  # type: ignore[method-assign,assignment]  # this client's calls only
 
 
 def own_pod_name() -> str:
@@ -132,26 +153,53 @@ def is_local_address(address: str) -> bool:
         return False
 
 
+#: HTTP statuses that mean "not now": too many requests, request timeout, and every
+#: server error (500, 502 from a load balancer, 503 while the server starts or is
+#: overloaded, 504): retried, as client-go retries them (docs/backend-errors.md)
+def _transient_status(status: int) -> bool:
+    return status in (408, 429) or 500 <= status <= 599
+
+
+def retry_after(exc: ApiException) -> float | None:
+    """The seconds of the response's ``Retry-After`` header (a number of seconds, as
+    the API server sends it), or None."""
+    headers = exc.headers or {}
+    value = headers.get("Retry-After") if hasattr(headers, "get") else None
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None  # an HTTP date: the backoff decides
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
 def translate(exc: BaseException, what: str, namespace: str, host: str) -> BackendError:
-    """A fiber error for an exception raised by the Kubernetes client."""
+    """A fiber error for an exception raised by the Kubernetes client: transient for
+    429 (with its Retry-After), 408 and 5xx answers and for a connection that failed,
+    was reset or timed out; permanent, with the server's message, for every other
+    answer (400, 401, 403, 404, 409, 422, ...)."""
     if isinstance(exc, ApiException):
-        if exc.status == 403:
+        status = exc.status or 0
+        if status == 403:
             return ForbiddenError(
                 f"Kubernetes refused to {what} in namespace {namespace!r} (403 Forbidden: "
                 f"{_message(exc)}).\n" + RBAC_HINT.format(ns=namespace)
             )
-        if exc.status == 401:
+        if status == 401:
             return ClusterUnreachableError(
                 f"the Kubernetes API server at {host} rejected the credentials (401 "
-                "Unauthorized) while trying to " + what + "; renew the token or check the "
-                "kubeconfig user"
-            )
-        if exc.status == 0 or exc.status is None:
+                f"Unauthorized: {_message(exc)}) while trying to {what}; renew the token "
+                "or check the kubeconfig's user (kubernetes_kubeconfig, kubernetes_context)",
+                transient=False)
+        if status == 0:
             return ClusterUnreachableError(
                 f"cannot reach the Kubernetes API server at {host} to {what}: {exc.reason}"
             )
+        if _transient_status(status):
+            return TransientBackendError(
+                f"the Kubernetes API server at {host} could not {what} now ({status} "
+                f"{exc.reason}: {_message(exc)})", retry_after=retry_after(exc))
         return JobCreationError(
-            f"Kubernetes could not {what} ({exc.status} {exc.reason}): {_message(exc)}"
+            f"Kubernetes could not {what} ({status} {exc.reason}): {_message(exc)}"
         )
     return ClusterUnreachableError(
         f"cannot reach the Kubernetes API server at {host} to {what}: "

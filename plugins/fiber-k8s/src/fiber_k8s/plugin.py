@@ -69,6 +69,8 @@ OPTIONS = [
                  "seconds a pod may fail to pull its image before its job counts as failed"),
     ConfigOption("kubernetes_labels", parse_list, [],
                  "extra labels of job pods: key=value[,...]"),
+    ConfigOption("kubernetes_request_timeout", parse_positive_float, 60.0,
+                 "seconds an API call may take; a slower one is a transient error, retried"),
 ]
 
 

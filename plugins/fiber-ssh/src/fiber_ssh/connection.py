@@ -64,7 +64,10 @@ def _transport_of(client: paramiko.SSHClient, name: str) -> paramiko.Transport:
 
 class HostConnection:
     """The pooled connection to one host (connects lazily, reconnects never: a host
-    whose transport died is down for the rest of the backend's life)."""
+    whose transport died is down for the rest of the backend's life). A first
+    connection that failed transiently (refused, timed out: the host or its sshd is
+    not up yet) is tried again on the next :meth:`connect`; one that failed for good
+    (authentication, host key, a setting) is not (docs/backend-errors.md)."""
 
     def __init__(self, spec: HostSpec, options: dict[str, Any]) -> None:
         self.spec = spec
@@ -74,6 +77,7 @@ class HostConnection:
         # more connections, opened only when sshd's MaxSessions limit is reached
         self._extra: list[paramiko.SSHClient] = []
         self.error: Exception | None = None
+        self._closed = False
         self.cpus: int | None = None
         self.memory: int | None = None  # MiB
 
@@ -91,8 +95,11 @@ class HostConnection:
                     "(its connection died); its jobs are lost"
                 )
             if self.error is not None:
-                raise ClusterUnreachableError(
-                    str(self.error), transient=getattr(self.error, "transient", True))
+                transient = getattr(self.error, "transient", True)
+                if self._closed or not transient:
+                    raise ClusterUnreachableError(str(self.error), transient=transient)
+                logger.debug("trying SSH host %s again (%s)", self.spec.name, self.error)
+                self.error = None  # never connected, and worth another try
             try:
                 self._client = self._open()
             except ClusterUnreachableError as exc:
@@ -298,6 +305,7 @@ class HostConnection:
         with self._lock:
             clients = [self._client, *self._extra] if self._client is not None else []
             self._client, self._extra = None, []
+            self._closed = True
             if self.error is None:
                 self.error = ClusterUnreachableError(
                     f"the connection to SSH host {self.spec.name} was closed")

@@ -38,6 +38,7 @@ class HostSlots:
         except ClusterUnreachableError as exc:
             self.mark_down(exc)
             return
+        self.down = False  # up now, if an earlier try found it down
         try:
             self.conn.probe()
         except ClusterUnreachableError as exc:

@@ -239,6 +239,10 @@ def test_resize_grow_and_shrink():
 def test_terminate_ends_every_worker():
     p = fiber.Pool(3)
     p.map(square, range(10))
+    # The map can end before the slower workers have started (one worker can
+    # take all ten tasks on a loaded machine): wait until every one is up, so
+    # that terminate() has three running workers to end.
+    _wait_connected(p, 3)
     workers = [w.process for w in p.stats().workers]
     assert len(workers) == 3 and None not in workers
     pending = p.apply_async(time.sleep, (30,))
