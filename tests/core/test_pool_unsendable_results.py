@@ -283,3 +283,41 @@ def test_grouped_message_that_will_not_load_fails_each_of_its_tasks(run_script):
     """)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[(7, False, 'ModuleNotFoundError'), (8, False, 'ModuleNotFoundError')]"
+
+
+def test_results_only_cloudpickle_can_send_then_one_nothing_can(run_script):
+    """Results of a class of the script's ``__main__`` (in the worker a class made by
+    cloudpickle, which pickle cannot send: the encoder keeps to cloudpickle for the
+    next messages), with a result that nothing can pickle among them and plain data
+    after them: each arrives whole, and only the bad one fails, as
+    ``MaybeEncodingError``."""
+    out = run_script("""
+        import dataclasses, threading
+        import fiber
+
+        @dataclasses.dataclass
+        class Point:
+            x: int
+            extra: object = None
+
+        def make(i):
+            if i == 150:
+                return Point(i, threading.Lock())
+            return i if i > 250 else Point(i)
+
+        if __name__ == "__main__":
+            with fiber.Pool(2) as pool:
+                pending = [pool.apply_async(make, (i,)) for i in range(300)]
+                bad, good = [], 0
+                for i, result in enumerate(pending):
+                    try:
+                        value = result.get(60)
+                    except Exception as exc:
+                        bad.append((i, type(exc).__name__))
+                    else:
+                        want = i if i > 250 else Point(i)
+                        good += value == want
+            print(bad, good)
+    """, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[(150, 'MaybeEncodingError')] 299", out.stdout + out.stderr
