@@ -249,14 +249,11 @@ def numpy_values(x: int):
     return [np.float64(x), np.arange(x), np.dtype("int32"), len]
 
 
-def test_numpy_results_go_grouped_and_arrive_whole():
-    """numpy scalars, dtypes and small arrays travel as one pickle (the grouped layout),
-    and arrive equal."""
+def test_numpy_results_arrive_whole():
     np = pytest.importorskip("numpy")
-    from fiber.runtime.pool.result_codec import GROUPED, ResultEncoder, decode
+    from fiber.runtime.pool.result_codec import decode, encode
 
-    body = ResultEncoder().encode([(7, True, numpy_values(3)), (8, True, 1)])
-    assert body[:1] == GROUPED
+    body = encode([(7, True, numpy_values(3)), (8, True, 1)])
     [(tid, ok, value), (tid2, _, plain)] = decode(memoryview(body))
     assert (tid, ok, tid2, plain) == (7, True, 8, 1)
     assert value[0] == np.float64(3) and list(value[1]) == [0, 1, 2]
@@ -266,30 +263,65 @@ def test_numpy_results_go_grouped_and_arrive_whole():
     assert [list(v[1]) for v in got] == [list(range(i)) for i in range(1, 6)]
 
 
-def test_grouped_message_that_will_not_load_fails_each_of_its_tasks(run_script):
-    """A grouped message decoded where numpy cannot be imported (a real interpreter,
-    numpy blocked in ``sys.modules``): each of its tasks fails, none is lost."""
+def test_a_message_that_will_not_load_fails_only_the_tasks_it_cannot_load(run_script):
+    """A message decoded where numpy cannot be imported (a real interpreter, numpy
+    blocked in ``sys.modules``): the task whose result holds numpy's objects fails, the
+    plain one after it is delivered."""
     pytest.importorskip("numpy")
-    from fiber.runtime.pool.result_codec import ResultEncoder
+    from fiber.runtime.pool.result_codec import encode
 
-    body = ResultEncoder().encode([(7, True, numpy_values(3)), (8, True, 1)])
+    body = encode([(7, True, numpy_values(3)), (8, True, 1)])
     out = run_script(f"""
         import sys
         sys.modules["numpy"] = None
         from fiber.runtime.pool.result_codec import Unloadable, decode
         items = decode(memoryview({body!r}))
-        print([(tid, ok, type(v.exc).__name__) for tid, ok, v in items
-               if isinstance(v, Unloadable)])
+        print([(tid, ok, type(v.exc).__name__ if isinstance(v, Unloadable) else v)
+               for tid, ok, v in items])
     """)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[(7, False, 'ModuleNotFoundError'), (8, False, 'ModuleNotFoundError')]"
+    assert out.stdout.strip() == "[(7, False, 'ModuleNotFoundError'), (8, True, 1)]"
+
+
+@pytest.mark.parametrize("count", [1, 2, 999, 1000, 1001, 2500])
+def test_decode_names_exactly_the_results_that_will_not_load(count):
+    """Messages of every size (pickle writes a list in batches of 1,000, and one item
+    alone another way) with results that refuse to load at the edges of the batches,
+    one object shared by two results (the second refers to the first's through the
+    pickle's memo), and values that are tuples of three themselves: the results that
+    hold a refusing object, and only they, come as Unloadable."""
+    from fiber.runtime.pool.result_codec import Unloadable, decode, encode
+
+    bad = {i for i in (0, 998, 999, 1000, 1999, count - 1) if i < count}
+    shared = SetstateRaises(-1)
+    results = []
+    for i in range(count):
+        if i in bad:
+            value = (ReducesToRaise(i), i, [i]) if i % 2 else {"x": SetstateRaises(i)}
+        elif i == 500 and count > 501:
+            value = (1, shared, (2, 3, 4))
+        elif i == 501 and count > 501:
+            value = [shared]
+        else:
+            value = (i, (i, i, i), [(i, True, i)])
+        results.append((10_000 + i, True, value))
+    if count > 501:
+        bad |= {500, 501}
+    got = decode(memoryview(encode(results)))
+    assert len(got) == count
+    for i, (task_id, ok, value) in enumerate(got):
+        assert task_id == 10_000 + i
+        if i in bad:
+            assert not ok and isinstance(value, Unloadable), i
+            assert "refuses to load" in str(value.exc)
+        else:
+            assert ok and value == results[i][2], i
 
 
 def test_results_only_cloudpickle_can_send_then_one_nothing_can(run_script):
     """Results of a class of the script's ``__main__`` (in the worker a class made by
-    cloudpickle, which pickle cannot send: the encoder keeps to cloudpickle for the
-    next messages), with a result that nothing can pickle among them and plain data
-    after them: each arrives whole, and only the bad one fails, as
+    cloudpickle, which pickle cannot send), with a result that nothing can pickle among
+    them and plain data after them: each arrives whole, and only the bad one fails, as
     ``MaybeEncodingError``."""
     out = run_script("""
         import dataclasses, threading

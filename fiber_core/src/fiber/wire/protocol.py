@@ -38,10 +38,8 @@ from typing import Any
 
 from fiber._version import __version__
 
-PROTOCOL_VERSION = 4  # 2: pool results go back as tasks finish (PoolOp.PARTIAL);
+PROTOCOL_VERSION = 3  # 2: pool results go back as tasks finish (PoolOp.PARTIAL);
 #                       3: the pool takes back tasks not started (PoolOp.GIVE, RECALL)
-#                       4: a pool result message may be grouped or streamed
-#                          (runtime/pool/result_codec.py)
 
 # -- framing and replies ------------------------------------------------------------------
 MSG = b"M"

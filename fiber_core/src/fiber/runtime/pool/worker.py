@@ -43,7 +43,7 @@ from typing import Any
 
 from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
-from fiber.runtime.pool.result_codec import ResultEncoder
+from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
@@ -119,10 +119,10 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
 
 
 def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
-                   encoder: ResultEncoder, op: bytes = RESULTS) -> bytes:
+                   op: bytes = RESULTS) -> bytes:
     """A ``RESULTS`` (or ``op``) message; a result that cannot be pickled fails its own
     task (see :mod:`~fiber.runtime.pool.result_codec`)."""
-    return encoder.encode(results, op + _HEADER.pack(worker_id, line))
+    return encode(results, op + _HEADER.pack(worker_id, line))
 
 
 class ResultSender:
@@ -148,7 +148,6 @@ class ResultSender:
         self._drain: Callable[[], None] = getattr(client, "drain", lambda: None)
         self._cid = cid
         self._worker_id = worker_id
-        self._encoder = ResultEncoder()  # used under the lock
         self.line = 0  # the line whose batch runs; set between batches
         self.pending: collections.deque[tuple[int, bool, Any]] = collections.deque()
         self._lock = threading.Lock()  # held while results are taken and written
@@ -181,7 +180,7 @@ class ResultSender:
         """Write one PARTIAL message (holding the lock); False: the connection is lost."""
         try:
             self._ctx.send(self._cid, encode_results(self._worker_id, self.line, results,
-                                                     self._encoder, PARTIAL))
+                                                     PARTIAL))
         except ConnectionLostError as exc:
             # the main thread finds out too, when it waits for its next batch
             logger.debug("pool worker %d stops sending results: %s", self._worker_id, exc)
@@ -354,7 +353,6 @@ def worker(address: str, cid: int, worker_id: int,
     funcs: dict[int, object] = {}
     confirm = client.context()
     sender: ResultSender | None = None
-    encoder = ResultEncoder()  # the main thread's (the sender has its own)
     sender_died = False
     lines: collections.deque[tuple[int, Any]] = collections.deque()
     for line in (0, 1):
@@ -395,7 +393,7 @@ def worker(address: str, cid: int, worker_id: int,
             else:
                 results = run_batch(batch, funcs, None, giver)
             giver.end_batch()
-            ctx.send(cid, encode_results(worker_id, line, results, encoder))
+            ctx.send(cid, encode_results(worker_id, line, results))
             lines.append((line, ctx))
     finally:
         if sender is not None:
