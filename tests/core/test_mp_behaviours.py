@@ -1,0 +1,94 @@
+"""The less travelled behaviours of multiprocessing, each checked by running one
+program twice, under ``multiprocessing`` (spawn) and under fiber (the local backend),
+and comparing what the two print. Every run is bounded: a hang fails on its timeout."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+RUN_TIMEOUT = 90
+
+
+def _program(body: str, module: str) -> str:
+    head = ("import multiprocessing\nmp = multiprocessing.get_context('spawn')\n"
+            if module == "multiprocessing" else "import fiber as mp\n")
+    return head + body
+
+
+def _both(run_script, body: str, timeout: float = RUN_TIMEOUT) -> tuple[str, str]:
+    """What ``body`` prints under multiprocessing, then under fiber; each run must end
+    within ``timeout`` seconds with status 0."""
+    import textwrap
+
+    body = textwrap.dedent(body)
+    outputs = []
+    for module in ("multiprocessing", "fiber"):
+        try:
+            result = run_script(_program(body, module), timeout=timeout,
+                                name=f"prog_{module}.py")
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the program did not end within {timeout} s under {module}")
+        assert result.returncode == 0, (module, result.stdout, result.stderr)
+        outputs.append(result.stdout)
+    return outputs[0], outputs[1]
+
+
+NESTED = """
+def node(q, level, name):
+    q.put((level, name))
+    print("started", name, flush=True)
+    if level < 2:
+        kids = [mp.Process(target=node, args=(q, level + 1, f"{name}.{i}"))
+                for i in range(2)]
+        for kid in kids:
+            kid.start()
+        if level == 0:  # the other level leaves its children to the exit's join
+            for kid in kids:
+                kid.join()
+
+if __name__ == "__main__":
+    q = mp.Queue()
+    p = mp.Process(target=node, args=(q, 0, "p"))
+    p.start()
+    reports = [q.get(timeout=30) for _ in range(7)]
+    p.join(30)
+    print(sorted(reports), p.exitcode)
+"""
+
+
+def test_processes_started_by_processes_report_from_every_level(run_script):
+    mp_out, fiber_out = _both(run_script, NESTED)
+    assert sorted(fiber_out.splitlines()) == sorted(mp_out.splitlines())
+    assert "(2, 'p.1.1')" in fiber_out
+
+
+THREAD_AT_EXIT = """
+import threading, time
+
+def late(q, ev):
+    time.sleep(1)
+    q.put("the thread's report")
+    print("the thread prints", flush=True)
+    ev.set()
+
+def target(q, ev):
+    threading.Thread(target=late, args=(q, ev)).start()
+    print("the target returns", flush=True)
+
+if __name__ == "__main__":
+    q = mp.Queue()
+    ev = mp.Event()
+    p = mp.Process(target=target, args=(q, ev))
+    p.start()
+    p.join(30)
+    print("exit code", p.exitcode, "event set", ev.is_set())
+    print(q.get(timeout=10))
+"""
+
+
+def test_a_child_waits_for_its_threads_before_it_exits(run_script):
+    mp_out, fiber_out = _both(run_script, THREAD_AT_EXIT)
+    assert fiber_out == mp_out
+    assert "event set True" in fiber_out
