@@ -92,3 +92,73 @@ def test_a_child_waits_for_its_threads_before_it_exits(run_script):
     mp_out, fiber_out = _both(run_script, THREAD_AT_EXIT)
     assert fiber_out == mp_out
     assert "event set True" in fiber_out
+
+
+PARENT_SENTINEL = """
+import time
+from multiprocessing.connection import wait
+
+def grandchild(q):
+    parent = mp.parent_process()
+    q.put(("parent alive", parent.is_alive()))
+    ready = wait([parent.sentinel], timeout=30)
+    q.put(("parent gone", bool(ready), parent.is_alive()))
+
+def child(q):
+    mp.Process(target=grandchild, args=(q,)).start()
+    time.sleep(60)
+
+if __name__ == "__main__":
+    q = mp.Queue()
+    c = mp.Process(target=child, args=(q,))
+    c.start()
+    print(q.get(timeout=30))
+    c.kill()
+    c.join(30)
+    print(q.get(timeout=30))
+"""
+
+
+def test_parent_process_sentinel_follows_the_real_parent(run_script):
+    mp_out, fiber_out = _both(run_script, PARENT_SENTINEL)
+    assert fiber_out == mp_out
+    assert "('parent gone', True, False)" in fiber_out
+
+
+def test_a_child_watching_its_parent_still_exits_after_the_grace(run_script):
+    """fiber only: a job outlives its parent by at most parent_link.GRACE seconds, even
+    when it watches the parent's sentinel and never ends by itself (no orphans)."""
+    result = run_script("""
+        import os, time
+        import fiber
+        from fiber.runtime import parent_link
+
+        def grandchild(q):
+            fiber.parent_process().sentinel
+            q.put(os.getpid())
+            time.sleep(120)
+
+        def child(q):
+            fiber.Process(target=grandchild, args=(q,)).start()
+            time.sleep(120)
+
+        if __name__ == "__main__":
+            q = fiber.Queue()
+            c = fiber.Process(target=child, args=(q,))
+            c.start()
+            pid = q.get(timeout=30)
+            c.kill()
+            c.join(30)
+            start = time.monotonic()
+            while time.monotonic() - start < parent_link.GRACE + 20:
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                time.sleep(0.2)
+            waited = time.monotonic() - start
+            print("gone after", round(waited), "s; limit", parent_link.GRACE + 20)
+            print("ended", waited < parent_link.GRACE + 20)
+        """, timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "ended True" in result.stdout, result.stdout

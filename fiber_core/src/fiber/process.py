@@ -327,14 +327,34 @@ class _MainProcess(Process):
 
 class _ParentProcess:
     """What :func:`parent_process` returns in a child: name and pid of the parent (a
-    process on another host cannot be joined or polled from here)."""
+    process on another host cannot be joined or polled from here: its ``sentinel``,
+    ``is_alive()`` and ``join()`` follow the job's connection to it,
+    :mod:`fiber.runtime.parent_link`)."""
 
     def __init__(self, name: str, pid: int | None) -> None:
         self.name = name
         self.pid = self.ident = pid
 
+    @property
+    def sentinel(self) -> int:
+        from fiber.runtime import parent_link
+
+        return parent_link.sentinel()
+
+    @property
+    def exitcode(self) -> None:
+        return None  # as multiprocessing's: a child cannot learn its parent's
+
     def is_alive(self) -> bool:
-        return True  # a fiber child exits when its parent's connection drops
+        from fiber.runtime import parent_link
+
+        return parent_link.is_alive()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait until the parent is gone (at most ``timeout`` seconds)."""
+        from multiprocessing.connection import wait
+
+        wait([self.sentinel], timeout)
 
     def __repr__(self) -> str:
         return f"<ParentProcess name={self.name!r} pid={self.pid}>"

@@ -28,12 +28,13 @@ import signal
 import socket
 import sys
 import threading
+import time
 import traceback
 
 from fiber import threads
 from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
-from fiber.runtime import config, run
+from fiber.runtime import config, parent_link, run
 from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
 
@@ -41,6 +42,13 @@ PARENT_GONE_EXIT = 70
 
 
 def _parent_gone(reason: str) -> None:
+    """The parent is gone: exit, unless the process watches its parent's sentinel
+    (:mod:`fiber.runtime.parent_link`), which is made readable and given a grace."""
+    if parent_link.gone(reason):
+        _exit_parent_gone(reason)
+
+
+def _exit_parent_gone(reason: str) -> None:
     try:
         stderr = sys.__stderr__
         if stderr is not None:
@@ -151,6 +159,8 @@ def _heartbeat(client: transport.StreamClient, channel: int, interval: float, ti
             reply = ctx.request(channel, Control.WATCH, timeout=interval + timeout)
         except ConnectionLostError as exc:
             _parent_gone(str(exc))
+            time.sleep(parent_link.GRACE)  # the process watches the sentinel
+            _exit_parent_gone(str(exc))
         if reply == Control.END_KILL:  # the parent ends this job itself: the cluster
             os.kill(os.getpid(), signal.SIGKILL)  # manager may be slow or down
         elif reply == Control.END_TERM:
