@@ -12,7 +12,8 @@ RUN_TIMEOUT = 90
 
 
 def _program(body: str, module: str) -> str:
-    head = ("import multiprocessing\nmp = multiprocessing.get_context('spawn')\n"
+    # one line each: the programs' line numbers agree
+    head = ("import multiprocessing; mp = multiprocessing.get_context('spawn')\n"
             if module == "multiprocessing" else "import fiber as mp\n")
     return head + body
 
@@ -162,3 +163,35 @@ def test_a_child_watching_its_parent_still_exits_after_the_grace(run_script):
         """, timeout=90)
     assert result.returncode == 0, result.stderr
     assert "ended True" in result.stdout, result.stdout
+
+
+UNCLOSED_POOL = """
+import gc, warnings
+
+if __name__ == "__main__":
+    warnings.simplefilter("always", ResourceWarning)
+    with warnings.catch_warnings(record=True) as caught:
+        pool = mp.Pool(2)
+        print(pool.apply(abs, (-3,)))
+        del pool
+        gc.collect()
+    print([w.category.__name__ for w in caught])
+    print([str(w.message).split(" pool ")[0] for w in caught])
+    with warnings.catch_warnings(record=True) as caught:
+        with mp.Pool(2) as pool:
+            print(pool.apply(abs, (-4,)))
+        del pool
+        closed = mp.Pool(2)
+        closed.close()
+        closed.join()
+        del closed
+        gc.collect()
+    print("warnings of pools ended properly:", len(caught))
+"""
+
+
+def test_an_unclosed_running_pool_warns_when_collected(run_script):
+    mp_out, fiber_out = _both(run_script, UNCLOSED_POOL)
+    assert fiber_out == mp_out.replace("multiprocessing", "fiber")
+    assert "['unclosed running fiber']" in fiber_out
+

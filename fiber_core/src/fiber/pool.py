@@ -25,6 +25,7 @@ import functools
 import os
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -46,7 +47,7 @@ from fiber.runtime.pool.results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.runtime.pool.scheduler import BUSY, IDLE, STARTING, STOPPING, Scheduler
+from fiber.runtime.pool.scheduler import BUSY, IDLE, RUN, STARTING, STOPPING, Scheduler
 from fiber.runtime.pool.worker import worker, worker_group
 from fiber.runtime.pool.workers import WorkerSet
 from fiber.wire import serialization
@@ -499,6 +500,13 @@ class Pool:
     def __exit__(self, exc_type: type[BaseException] | None,
                  exc_val: BaseException | None, exc_tb: TracebackType | None) -> None:
         self.terminate()
+
+    def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
+        # as multiprocessing's: a pool collected while running was neither closed nor
+        # terminated (its workers are ended: runtime/pool/workers.py)
+        scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
+        if scheduler is not None and scheduler.state == RUN:
+            _warn(f"unclosed running fiber pool {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
         return f"<fiber.Pool state={self._scheduler.state} pool_size={self._scheduler.target}>"
