@@ -195,3 +195,58 @@ def test_an_unclosed_running_pool_warns_when_collected(run_script):
     assert fiber_out == mp_out.replace("multiprocessing", "fiber")
     assert "['unclosed running fiber']" in fiber_out
 
+
+REMOTE_TRACEBACK = """
+import functools
+
+def boom(x, y):
+    z = x + y
+    raise ValueError(f"bad {z}")
+
+class Task:
+    def __call__(self, x):
+        raise KeyError(x)
+
+if __name__ == "__main__":
+    with mp.Pool(1) as pool:
+        # a partial of a function of __main__, an instance of a class of __main__:
+        # fiber sends both by value (cloudpickle)
+        for func, arg in ((functools.partial(boom, 1), 2), (Task(), 5)):
+            try:
+                pool.apply(func, (arg,))
+            except Exception as exc:
+                text = str(exc.__cause__)
+                # the frames after the pool's own (its worker's code differs)
+                print(text[text.index('  File "', text.index("line") + 1):])
+"""
+
+
+def test_remote_tracebacks_show_the_source_of_tasks_sent_by_value(run_script):
+    mp_out, fiber_out = _both(run_script, REMOTE_TRACEBACK)
+    assert fiber_out == mp_out.replace("prog_multiprocessing.py", "prog_fiber.py")
+    assert 'raise ValueError(f"bad {z}")' in fiber_out and "raise KeyError(x)" in fiber_out
+
+
+def test_the_parent_fills_in_source_lines_the_worker_cannot_read(run_script):
+    """fiber only: the worker cannot read the script (deleted after the parent read
+    it, as a script missing from a cluster's image); the traceback still shows the
+    line, from the parent's copy."""
+    result = run_script("""
+        import linecache, os
+        import fiber
+
+        def boom(x):
+            raise ValueError(x)
+
+        if __name__ == "__main__":
+            linecache.getlines(__file__)  # the parent has read its source ...
+            os.remove(__file__)  # ... which the workers cannot find
+            with fiber.Pool(1) as pool:
+                try:
+                    pool.apply(boom, (1,))
+                except ValueError as exc:
+                    print(exc.__cause__)
+        """)
+    assert result.returncode == 0, result.stderr
+    assert "main.py\", line 6, in boom\n    raise ValueError(x)\n" in result.stdout, \
+        result.stdout

@@ -12,8 +12,11 @@ is on this host, and the message is a small descriptor (a :class:`Shared`).
 
 from __future__ import annotations
 
+import collections
 import io
+import linecache
 import pickle
+import re
 import sys
 import traceback
 import types
@@ -30,6 +33,35 @@ from fiber.wire.protocol import BODY_SHARED as _SHM
 
 PROTOCOL = 5
 OOB_THRESHOLD = 64 * 1024
+
+
+# cloudpickle's reduction of a code object names its file "<dynamic-code>" (for payloads
+# that do not depend on where the code was defined): a traceback through a function
+# sent by value then has no source line. fiber's pickler keeps the real file name, so
+# the receiver's linecache finds the file when it has it, and the parent fills in the
+# lines the other side could not (see unpack_exception).
+_DYNAMIC_CODE = "<dynamic-code>"
+_cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+
+
+def _code_reduce(code: types.CodeType) -> Any:
+    constructor, args = _cloudpickle_code_reduce(code)
+    return constructor, tuple(code.co_filename
+                              if type(arg) is str and arg == _DYNAMIC_CODE else arg
+                              for arg in args)
+
+
+class _CodePickler(cloudpickle.Pickler):
+    """cloudpickle's pickler, keeping the file names of the code it sends by value."""
+
+    dispatch_table = collections.ChainMap({types.CodeType: _code_reduce},
+                                          cloudpickle.Pickler.dispatch_table)
+
+
+def _cloudpickle_dumps(obj: Any, buffer_callback: Callable[[Any], Any] | None = None) -> bytes:
+    file = io.BytesIO()
+    _CodePickler(file, PROTOCOL, buffer_callback=buffer_callback).dump(obj)
+    return file.getvalue()
 
 
 class Shared(bytes):
@@ -54,7 +86,7 @@ def _pickle(obj: Any, buffers: list | None) -> bytes:
         if buffers is not None:
             buffers.clear()
     try:
-        return cloudpickle.dumps(obj, PROTOCOL, buffer_callback=callback)
+        return _cloudpickle_dumps(obj, callback)
     except Exception as exc:  # noqa: BLE001
         raise SerializationError(
             f"cannot send {type(obj).__name__} object to another process: {exc}. "
@@ -193,7 +225,7 @@ def loads(body: bytes | memoryview,
     return load(data, buffers=[bytearray(b) for b in buffers])
 
 
-class _OverridingPickler(cloudpickle.Pickler):
+class _OverridingPickler(_CodePickler):
     """cloudpickle's pickler with a caller's reductions tried first."""
 
     def __init__(self, file: Any, override: Callable[[Any], Any]) -> None:
@@ -212,7 +244,7 @@ def dumps_code(obj: Any, override: Callable[[Any], Any] | None = None) -> bytes:
     ``override(o)`` may return a reducer to use for ``o`` instead of its own."""
     try:
         if override is None:
-            return cloudpickle.dumps(obj, PROTOCOL)
+            return _cloudpickle_dumps(obj)
         file = io.BytesIO()
         _OverridingPickler(file, override).dump(obj)
         return file.getvalue()
@@ -279,8 +311,31 @@ def unpack_exception(payload: bytes) -> BaseException:
     exc, tb = pickle.loads(payload)
     if not isinstance(exc, BaseException):
         raise TypeError(f"not a packed exception but a {type(exc).__name__}")
-    exc.__cause__ = RemoteTraceback(f'\n"""\n{tb}"""')
+    exc.__cause__ = RemoteTraceback(f'\n"""\n{with_source_lines(tb)}"""')
     return exc
+
+
+_FRAME = re.compile(r'^  File "(?P<file>[^"]+)", line (?P<line>\d+), in ')
+
+
+def with_source_lines(tb: str) -> str:
+    """``tb`` (a traceback's text from another process) with the source line of each
+    frame that lacks one and whose file this process has (a function sent by value
+    runs where its file may not exist; the process that sent it has it)."""
+    lines = tb.splitlines(keepends=True)
+    out: list[str] = []
+    for i, line in enumerate(lines):
+        out.append(line)
+        match = _FRAME.match(line)
+        if match is None:
+            continue
+        following = lines[i + 1] if i + 1 < len(lines) else ""
+        if following.startswith("    "):
+            continue  # the other side had the line
+        source = linecache.getline(match["file"], int(match["line"])).strip()
+        if source:
+            out.append(f"    {source}\n")
+    return "".join(out)
 
 
 def is_main_module_object(obj: Any) -> bool:
