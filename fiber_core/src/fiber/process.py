@@ -290,12 +290,34 @@ class Process:
             sys.stderr.write(f"Process {self.name}:\n")
             traceback.print_exc()
         finally:
+            _wait_for_threads()
             try:
                 sys.stdout.flush()
                 sys.stderr.flush()
             except Exception:  # noqa: BLE001
                 pass
         return exitcode
+
+
+def _wait_for_threads() -> None:
+    """Wait for the non-daemon threads the process left running, as a child of
+    multiprocessing does before it exits (its interpreter's shutdown joins them): what
+    they put in a queue or set on an Event then happens. Then the exit steps once more
+    for what those threads made (children they started joined, queues they put in
+    flushed): the job leaves by ``os._exit``, which waits for nothing."""
+    me = threading.current_thread()
+    waited = False
+    while True:
+        left = [t for t in threading.enumerate()
+                if t is not me and not t.daemon and t.is_alive()]
+        if not left:
+            break
+        waited = True
+        for thread in left:  # as long as they run, as multiprocessing does
+            thread.join()
+    if waited:
+        _exit_function()
+        util.run_exit_callbacks(down_to=util.CONNECTIONS)
 
 
 # multiprocessing.process.BaseProcess is the base of every start method's Process;

@@ -192,29 +192,6 @@ def _report_failure(client: transport.StreamClient, channel: int, out: _Forwarde
     return 1
 
 
-def _wait_for_threads() -> None:
-    """Wait for the non-daemon threads the process left running, as a child of
-    multiprocessing does before it exits (its interpreter's shutdown joins them): what
-    they put in a queue or set on an Event then happens. Then the exit steps once more
-    for what those threads made (children they started are joined, queues they put in
-    are flushed); the job leaves by ``os._exit``, which waits for nothing."""
-    me = threading.current_thread()
-    waited = False
-    while True:
-        left = [t for t in threading.enumerate()
-                if t is not me and not t.daemon and t.is_alive()]
-        if not left:
-            break
-        waited = True
-        for thread in left:  # as long as they run, as multiprocessing does
-            thread.join()
-    if waited:
-        from fiber import process, util
-
-        process._exit_function()
-        util.run_exit_callbacks(down_to=util.CONNECTIONS)
-
-
 def main() -> int:
     try:
         # the run's secret, when its backend delivered it in a secrets file: into this
@@ -258,7 +235,6 @@ def main() -> int:
     finally:
         run.set_job(importing_main=False)
     exitcode = process_obj._bootstrap()
-    _wait_for_threads()
     out.drain()
     err.drain()
     try:
