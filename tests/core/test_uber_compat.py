@@ -150,3 +150,32 @@ def test_uber_fiber_examples_run_unchanged(script, expected, tmp_path):
     for line, want in zip(lines, expected, strict=True):
         assert want is None or line == want, (result.stdout, result.stderr)
     assert "Warning" not in result.stderr, result.stderr  # an ordinary run warns not
+
+
+@pytest.mark.parametrize("script, expected, spellings", [
+    ("ex_config_in_code.py", ["queued 42 local local", "squares [0, 1, 4, 9, 16]"],
+     ["fiber.config.log_level is deprecated: use fiber.init(log_level=...)",
+      "'log_file' (from fiber.init()) is deprecated: ignored",
+      "'use_push_queue' (from fiber.init()) is deprecated: ignored",
+      "fiber.config.get_dict() is deprecated"]),
+    ("ex_old_names.py", ["pipe 42 True", "queue SimpleQueue", "queue SimpleQueue",
+                         "pool [1, 8, 27]", "pool [1, 8, 27]", "config local",
+                         "listen 127.0.0.1 0 True"],
+     ["fiber.queues.Pipe is deprecated: use fiber.Pipe",
+      "fiber.queues.SimpleQueuePush is deprecated: use fiber.SimpleQueue",
+      "fiber.queues.ZConnection is deprecated: use fiber.connection.Connection",
+      "fiber.pool.ResilientZPool is deprecated: use fiber.Pool",
+      "fiber.config.Config is deprecated",
+      "fiber.backend.get_backend() is deprecated: use fiber.runtime.run.backend()"]),
+])
+def test_uber_fiber_old_names_run_unchanged_and_say_the_new_ones(script, expected,
+                                                                 spellings, tmp_path):
+    """uber/fiber 0.2's settings module (fiber.config) and its classes' old paths
+    work; each spelling shows one DeprecationWarning naming the new one."""
+    result = subprocess.run([sys.executable, str(EXAMPLES / script)], capture_output=True,
+                            text=True, timeout=180, cwd=tmp_path,
+                            env={**os.environ, "FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == expected, (result.stdout, result.stderr)
+    for spelling in spellings:
+        assert spelling in result.stderr, (spelling, result.stderr)

@@ -55,6 +55,8 @@ __all__ = list(_WHERE)
 
 
 def __getattr__(name: str) -> Any:
+    if name == "config":  # uber/fiber 0.2's settings module (deprecated): fiber.config
+        return importlib.import_module("fiber.config")
     where = _WHERE.get(name)
     if where is None:
         raise AttributeError(f"module 'fiber' has no attribute {name!r}")

@@ -71,6 +71,12 @@ def __getattr__(name: str) -> Any:
         value = getattr(multiprocessing.pool, name)
         globals()[name] = value
         return value
+    if name in ("ZPool", "ResilientZPool"):
+        # uber/fiber 0.2's pools (deprecated): its fiber.Pool was ResilientZPool (the
+        # tasks of lost workers run again), as this Pool always is, ZPool's too
+        util.warn_deprecated(f"fiber.pool.{name}",
+                             f"fiber.pool.{name} is deprecated: use fiber.Pool")
+        return Pool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _T = TypeVar("_T")
@@ -514,3 +520,4 @@ class Pool:
     def __reduce__(self) -> NoReturn:
         raise NotImplementedError(
             "pool objects cannot be passed between processes or pickled")
+

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from queue import Empty, Full  # raised by get and put, as multiprocessing.queues has them
 from typing import Any, TypeVar
 
-from fiber import threads
+from fiber import threads, util
 from fiber.errors import FiberThreadError
 from fiber.runtime import arguments, popen_payload, readiness, run
 from fiber.runtime.endpoint import Endpoint, fork_aware, keep_in_child
@@ -347,3 +347,23 @@ def _register() -> None:
 
 
 _register()
+
+
+# uber/fiber 0.2's names in this module (deprecated): name -> (module, name, new spelling)
+_OLD_NAMES = {
+    "Pipe": ("fiber.connection", "Pipe", "fiber.Pipe"),
+    "ZConnection": ("fiber.connection", "Connection", "fiber.connection.Connection"),
+    "SimpleQueuePush": ("fiber.queues", "SimpleQueue", "fiber.SimpleQueue"),
+    "SimpleQueuePull": ("fiber.queues", "SimpleQueue", "fiber.SimpleQueue"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _OLD_NAMES:
+        import importlib
+
+        module, new_name, spelling = _OLD_NAMES[name]
+        util.warn_deprecated(f"fiber.queues.{name}",
+                             f"fiber.queues.{name} is deprecated: use {spelling}")
+        return getattr(importlib.import_module(module), new_name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

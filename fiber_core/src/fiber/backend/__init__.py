@@ -15,6 +15,8 @@ registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
 
 from __future__ import annotations
 
+from typing import Any
+
 from fiber.backend.base import CAPABILITIES, Backend
 from fiber.backend.hookspecs import BackendFactory, hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
@@ -52,3 +54,13 @@ __all__ = [
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
     "read_secrets_file", "secrets_file_content", "write_secrets_file",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # uber/fiber 0.2's fiber.backend.get_backend (deprecated): found by name, as it
+    # uses the runtime, a layer above this contract (fiber.uber_backend)
+    if name == "get_backend":
+        import importlib
+
+        return importlib.import_module("fiber.uber_backend").get_backend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
