@@ -9,6 +9,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,8 @@ from fiber.errors import FiberThreadError
 __all__ = ["Timers"]
 
 logger = logging.getLogger("fiber")
+
+_LONGEST_WAIT = 86400.0  # seconds; far below threading.TIMEOUT_MAX
 
 
 class Timers:
@@ -35,6 +38,8 @@ class Timers:
     def call_at(self, deadline: float, fn: Callable[[], None]) -> None:
         """Run ``fn()`` at ``deadline`` (a :func:`time.monotonic` time). Raises
         :class:`~fiber.errors.FiberThreadError` once the thread has died."""
+        if math.isnan(deadline):  # (a peer's timeout of NaN: never, as float("inf"))
+            deadline = math.inf
         with self._cond:
             if self._error is not None:
                 raise self._error
@@ -52,7 +57,9 @@ class Timers:
             with self._cond:
                 while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
                     wait = self._heap[0][0] - time.monotonic() if self._heap else None
-                    self._cond.wait(wait)
+                    # (a far deadline, e.g. a timeout of 1e300 in a request: a wait that
+                    # long raises OverflowError, so it is waited for a day at a time)
+                    self._cond.wait(None if wait is None else min(wait, _LONGEST_WAIT))
                 if self._closed:
                     return
                 _, _, fn = heapq.heappop(self._heap)
