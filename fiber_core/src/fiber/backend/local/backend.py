@@ -205,17 +205,7 @@ class LocalBackend(Backend):
     def _to_status(returncode: int | None, cancelled: bool = False) -> JobStatus:
         if returncode is None:
             return JobStatus(JobState.RUNNING)
-        if returncode == 0:
-            return JobStatus(JobState.SUCCEEDED, 0)
-        if cancelled:
-            return JobStatus(JobState.CANCELLED, returncode)
-        reason = None
-        if returncode < 0:
-            try:
-                reason = signal.Signals(-returncode).name
-            except ValueError:
-                reason = f"signal {-returncode}"
-        return JobStatus(JobState.FAILED, returncode, reason)
+        return JobStatus.from_exit(returncode, cancelled=cancelled)
 
     def status(self, job: Job) -> JobStatus:
         handle: _Handle = job.handle
@@ -223,7 +213,7 @@ class LocalBackend(Backend):
         if isinstance(handle.proc, _OtherProcess) and code is not None:
             # ended; its exit status went to the process that created it
             if handle.cancelled:
-                return JobStatus(JobState.CANCELLED, code)
+                return JobStatus.from_exit(code, cancelled=True)
             return JobStatus(JobState.LOST, None, "ended")
         return self._to_status(code, handle.cancelled)
 
