@@ -45,20 +45,17 @@ built-in ``local`` backend (:mod:`fiber.backend.local`) registers the same way.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pluggy
 
 from fiber.backend.base import Backend
+from fiber.backend.plugin import PROJECT_NAME, Plugin, hookimpl
 
-if TYPE_CHECKING:
-    from fiber.backend.plugin import Plugin
-
-PROJECT_NAME = "fiber"
+__all__ = ["PROJECT_NAME", "BackendFactory", "Plugin", "fiber_plugin", "hookimpl",
+           "hookspec"]
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-#: decorator for a plugin's hook implementations
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 BackendFactory = Callable[[Mapping[str, Any]], Backend]
 

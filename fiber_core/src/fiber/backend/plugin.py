@@ -28,10 +28,16 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
-from fiber.backend.hookspecs import hookimpl
+import pluggy
+
 from fiber.backend.options import ConfigOption
 
-__all__ = ["CONTRACT_VERSION", "Plugin"]
+__all__ = ["CONTRACT_VERSION", "PROJECT_NAME", "Plugin", "hookimpl"]
+
+#: pluggy's project name of fiber's hooks
+PROJECT_NAME = "fiber"
+#: decorator for a plugin's hook implementations (:class:`Plugin` has the one there is)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 #: The version of the plugin contract this fiber-core implements: the names
 #: :mod:`fiber.backend` exports, their signatures and meaning. It changes when a plugin
