@@ -16,7 +16,8 @@ __all__ = [
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
     "ForkedProcessError", "JobCreationError", "PluginContractError",
-    "ProcessError", "ProcessStartError", "RemoteError", "SerializationError",
+    "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
+    "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
 ]
 
@@ -45,6 +46,15 @@ class ProcessStartError(ProcessError):
 
 class WorkerLostError(ProcessError):
     """A Pool task failed because every worker that ran it died (a "poison" task)."""
+
+
+class ResultUnpicklingError(pickle.UnpicklingError):
+    """A Pool task's result (or its exception) reached the parent but could not be
+    unpickled there (a class missing in the parent, a ``__reduce__`` callable or a
+    ``__setstate__`` that raises). The message names the task (its function, its
+    arguments or its place in the map) and ``__cause__`` is what unpickling raised. The
+    task ran, and is not run again; its worker goes on. multiprocessing has no such
+    error: its result handler thread dies there, and the pool hangs."""
 
 
 class FiberThreadError(RuntimeError):

@@ -39,6 +39,13 @@ class Shared(bytes):
     __slots__ = ()
 
 
+def pickle_object(obj: Any, buffers: list | None = None) -> bytes:
+    """One pickle of ``obj`` by pickle, else by cloudpickle (``buffers``, when given,
+    receives its out-of-band buffers); :class:`~fiber.errors.SerializationError` when
+    neither can."""
+    return _pickle(obj, buffers)
+
+
 def _pickle(obj: Any, buffers: list | None) -> bytes:
     callback = None if buffers is None else buffers.append
     try:
@@ -80,6 +87,12 @@ def dumps(obj: Any, shared: Callable[[], int | None] | None = None) -> bytes:
                       _LEN.pack(len(name)), name.encode()]
             header += [_LEN.pack(o) + _LEN.pack(m.nbytes) for o, m in zip(offsets, big, strict=True)]
             return Shared(b"".join([*header, data]))
+    return with_buffers(data, big)
+
+
+def with_buffers(data: bytes, big: list[memoryview]) -> bytes:
+    """The body of a message whose pickle ``data`` has the out-of-band buffers ``big``
+    (raw views), appended to it (:func:`loads` reads it)."""
     header = [_OOB, _LEN.pack(len(big)), _LEN.pack(len(data))]
     header += [_LEN.pack(m.nbytes) for m in big]
     return b"".join([*header, data, *big])
@@ -158,7 +171,8 @@ def inline(body: bytes | memoryview) -> bytes:
     return b"".join([*header, data, *buffers])
 
 
-def loads(body: bytes | memoryview) -> Any:
+def loads(body: bytes | memoryview,
+          load: Callable[..., Any] = pickle.loads) -> Any:
     """Inverse of :func:`dumps`. The arrays of a shared-memory message are backed by
     the segment's mapping (writable, private to the receiver: it was unlinked).
 
@@ -166,16 +180,17 @@ def loads(body: bytes | memoryview) -> Any:
     message with buffers appended or in shared memory) is malformed,
     :class:`~fiber.wire.shm.SegmentError` when its segment cannot be opened, and what
     unpickling its pickle raises: only authenticated peers' messages are loaded (a
-    process of the run, trusted), so that is :mod:`pickle`'s to say."""
+    process of the run, trusted), so that is :mod:`pickle`'s to say. ``load`` (called
+    as :func:`pickle.loads` is) unpickles the pickle."""
     view = memoryview(body)
     if view[:1] == _SHM:
         buffers, data = _attach(view)
-        return pickle.loads(data, buffers=buffers)
+        return load(data, buffers=buffers)
     if view[:1] != _OOB:
-        return pickle.loads(view)
+        return load(view)
     data, buffers = _parse_oob(view)
     # writable copies, as a multiprocessing receiver would get
-    return pickle.loads(data, buffers=[bytearray(b) for b in buffers])
+    return load(data, buffers=[bytearray(b) for b in buffers])
 
 
 class _OverridingPickler(cloudpickle.Pickler):

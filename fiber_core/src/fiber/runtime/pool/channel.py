@@ -25,18 +25,20 @@ Handlers run on the stream wire's selector thread, or on a thread that waits for
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from fiber.runtime.pool import observe
 from fiber.runtime.pool.observe import TaskError
+from fiber.runtime.pool.result_codec import decode, failure
 from fiber.runtime.pool.results import ApplyResult
 from fiber.runtime.pool.scheduler import Outcome, Scheduler, Task, settle
 from fiber.wire import serialization, transport
-from fiber.wire.protocol import POOL_HEADER, PoolOp
+from fiber.wire.protocol import POOL_HEADER, PoolOp, TaskKind
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
 _PARTIAL, _GIVE = PoolOp.PARTIAL, PoolOp.GIVE
@@ -69,17 +71,16 @@ class PoolChannel:
             w = scheduler.workers.get(wid)
             if w is None or not w.alive or line not in (0, 1):
                 if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
-                    done = scheduler.lost_results(
-                        wid, serialization.loads(payload[_HEADER_END:]))
+                    done = scheduler.lost_results(wid, decode(payload[_HEADER_END:]))
                 if op != _PARTIAL:
                     request.reply(_STOP)
             elif op == _PARTIAL:
-                items = serialization.loads(payload[_HEADER_END:])
+                items = decode(payload[_HEADER_END:])
                 scheduler.timed(w, _monotonic(), len(items))  # its next task begins
                 done = scheduler.partial(w, line, items)
                 scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
             elif op == _RESULTS:
-                items = serialization.loads(payload[_HEADER_END:])
+                items = decode(payload[_HEADER_END:])
                 scheduler.timed(w, _monotonic(), len(items))
                 done = scheduler.results(w, line, request, items)
                 scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
@@ -93,7 +94,7 @@ class PoolChannel:
             else:
                 request.reply(b"unknown pool request", transport.ERROR)
         if done:
-            deliver(done, scheduler.errors)
+            deliver(done, scheduler.errors, scheduler.func_name)
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
@@ -106,18 +107,31 @@ class PoolChannel:
 
 
 def deliver(done: Iterable[Outcome], errors: collections.deque[TaskError] | None = None,
-            ) -> None:
-    """Deliver results as workers sent them (errors packed; the failures are kept in
-    ``errors``, see :mod:`~fiber.runtime.pool.observe`); call without the lock."""
+            func_name: Callable[[int], str] | None = None) -> None:
+    """Deliver results as workers sent them (errors packed, or an
+    :class:`~fiber.runtime.pool.result_codec.Unloadable`; the failures are kept in
+    ``errors``, see :mod:`~fiber.runtime.pool.observe`); call without the lock.
+    ``func_name(fid)`` names a task's function in the error of a result that could not
+    be unpickled."""
     for task, ok, value in done:
         if not ok:
-            value = serialization.unpack_exception(value)
+            value = failure(value, functools.partial(_name, task, func_name))
             if errors is not None:
                 observe.record_errors(errors, ((task, ok, value),))
         try:
             task.sink._set(task.start, task.count, ok, value)
         except Exception:  # noqa: BLE001 - a user's callback must not stop the pool
             logger.exception("a callback of pool task %s raised", task.describe())
+
+
+def _name(task: Task, func_name: Callable[[int], str] | None) -> str:
+    """A task, for an error: its function, and its arguments or its place in the map."""
+    func = func_name(task.fid) if func_name is not None else f"function #{task.fid}"
+    if task.kind == TaskKind.CALL:
+        return f"{func}, {task.describe()}"
+    if task.count == 1:
+        return f"{func}, item {task.start} of the map"
+    return f"{func}, items {task.start}-{task.start + task.count - 1} of the map (a chunk)"
 
 
 def wait_directly(task: Task, result: ApplyResult, timeout: float | None) -> None:

@@ -285,6 +285,15 @@ class Scheduler:
             self.func_bytes.pop(old, None)  # workers that have it keep it
         return fid
 
+    def func_name(self, fid: int) -> str:
+        """The qualified name of the function known as ``fid`` (for an error; a pass
+        over the cached functions)."""
+        for func, known, _ in list(self.funcs.values()):
+            if known == fid:
+                name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
+                return str(name) if name else repr(func)
+        return f"function #{fid}"
+
     def submit_call(self, func: Callable[..., Any], args: Iterable[Any],
                     kwds: Mapping[str, Any] | None, sink: Sink) -> Task:
         """Queue ``func(*args, **kwds)`` and hand out what can be."""

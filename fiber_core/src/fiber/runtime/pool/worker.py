@@ -35,7 +35,6 @@ import _thread
 import collections
 import logging
 import os
-import pickle
 import signal
 import threading
 import time
@@ -44,6 +43,7 @@ from typing import Any
 
 from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
+from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
@@ -120,19 +120,9 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
 
 def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
                    op: bytes = RESULTS) -> bytes:
-    head = op + _HEADER.pack(worker_id, line)
-    try:
-        return head + serialization.dumps(results)
-    except pickle.PicklingError:
-        safe = []
-        for task_id, ok, value in results:
-            try:
-                serialization.dumps(value)
-                safe.append((task_id, ok, value))
-            except pickle.PicklingError as exc:
-                error = _unpicklable_result(exc, value)
-                safe.append((task_id, False, serialization.pack_exception(error)))
-        return head + serialization.dumps(safe)
+    """A ``RESULTS`` (or ``op``) message; a result that cannot be pickled fails its own
+    task (see :mod:`~fiber.runtime.pool.result_codec`)."""
+    return encode(results, op + _HEADER.pack(worker_id, line))
 
 
 class ResultSender:
@@ -350,13 +340,6 @@ class Giver:
                     self._closed += 1
         except ConnectionLostError:
             return  # the main thread finds out too
-
-
-def _unpicklable_result(exc: Exception, value: Any) -> Exception:
-    import multiprocessing.pool  # lazy: only for a result that cannot be pickled
-
-    error: type[Exception] = multiprocessing.pool.MaybeEncodingError  # type: ignore[attr-defined]  # missing from typeshed
-    return error(exc, value)
 
 
 def worker(address: str, cid: int, worker_id: int,
