@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import socket
 import threading
 import time
@@ -402,17 +401,7 @@ class SSHBackend(Backend):
                 return JobStatus(JobState.LOST, None, "HostUnreachable")
             return JobStatus(JobState.LOST if not handle.cancelled else JobState.CANCELLED,
                              None, "NoExitStatus")
-        if code == 0:
-            return JobStatus(JobState.SUCCEEDED, 0)
-        reason = None
-        if code < 0:
-            try:
-                reason = signal.Signals(-code).name
-            except ValueError:
-                reason = f"signal {-code}"
-        if handle.cancelled:
-            return JobStatus(JobState.CANCELLED, code, reason)
-        return JobStatus(JobState.FAILED, code, reason)
+        return JobStatus.from_exit(code, cancelled=handle.cancelled)
 
     def status(self, job: Job) -> JobStatus:
         if isinstance(job.handle, _Found):

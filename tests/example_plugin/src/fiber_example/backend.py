@@ -85,9 +85,7 @@ class ExampleBackend(Backend):
             if not jobdir.exists():
                 return JobStatus(JobState.LOST, reason="no such job")
             return JobStatus(JobState.LOST, reason="ended without an exit status")
-        if cancelled:
-            return JobStatus(JobState.CANCELLED, code)
-        return JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
+        return JobStatus.from_exit(code, cancelled=cancelled)
 
     def _alive(self, jobdir: Path) -> bool:
         # the job's process group, not the wrapper alone: killed by SIGKILL, the wrapper

@@ -1,7 +1,7 @@
 """The built-in ``local`` backend: every job is a subprocess of this machine.
 
-It registers through the same ``fiber_backends`` hook as any third-party backend
-(entry point ``local`` in the ``fiber`` group of fiber-core's metadata). Each job runs
+It registers as any third-party backend does: fiber-core's entry point ``local`` (group
+``fiber``) names this module's :data:`plugin` declaration. Each job runs
 in its own session (so terminate reaches the whole process group); its stdout and
 stderr go to a log file that :meth:`LocalBackend.logs` reads and
 :meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
@@ -48,10 +48,10 @@ from typing import Any, Protocol
 
 from fiber import threads, util
 from fiber.backend import Backend, JobCreationError, TransientBackendError
-from fiber.backend.hookspecs import hookimpl
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.backend.local import records
 from fiber.backend.options import ConfigOption
+from fiber.backend.plugin import CONTRACT_VERSION, Plugin
 
 logger = logging.getLogger("fiber")
 
@@ -205,17 +205,7 @@ class LocalBackend(Backend):
     def _to_status(returncode: int | None, cancelled: bool = False) -> JobStatus:
         if returncode is None:
             return JobStatus(JobState.RUNNING)
-        if returncode == 0:
-            return JobStatus(JobState.SUCCEEDED, 0)
-        if cancelled:
-            return JobStatus(JobState.CANCELLED, returncode)
-        reason = None
-        if returncode < 0:
-            try:
-                reason = signal.Signals(-returncode).name
-            except ValueError:
-                reason = f"signal {-returncode}"
-        return JobStatus(JobState.FAILED, returncode, reason)
+        return JobStatus.from_exit(returncode, cancelled=cancelled)
 
     def status(self, job: Job) -> JobStatus:
         handle: _Handle = job.handle
@@ -223,7 +213,7 @@ class LocalBackend(Backend):
         if isinstance(handle.proc, _OtherProcess) and code is not None:
             # ended; its exit status went to the process that created it
             if handle.cancelled:
-                return JobStatus(JobState.CANCELLED, code)
+                return JobStatus.from_exit(code, cancelled=True)
             return JobStatus(JobState.LOST, None, "ended")
         return self._to_status(code, handle.cancelled)
 
@@ -574,14 +564,14 @@ class _ForkServer:
                 self._proc.wait()
 
 
-@hookimpl
-def fiber_backends() -> dict[str, type[LocalBackend]]:
-    return {"local": LocalBackend}
-
-
-@hookimpl
-def fiber_config_options() -> list[ConfigOption]:
-    return [ConfigOption(
+#: the built-in backend's declaration (fiber-core's entry point ``local``), made like
+#: any third-party plugin's
+plugin = Plugin(
+    package="fiber-core",
+    contract=CONTRACT_VERSION,  # the core's own backend: always this contract
+    backends={"local": f"{__name__}:LocalBackend"},
+    options=[ConfigOption(
         "local_start_method", str.lower, "forkserver",
         "how the local backend starts fiber's own jobs: forked from a pre-imported "
-        "template (fast) or as new interpreters", ("forkserver", "spawn"))]
+        "template (fast) or as new interpreters", ("forkserver", "spawn"))],
+)
