@@ -1,7 +1,9 @@
-"""The parent's side of one job-backed process: creating its job, the control
-channel its bootstrap talks to, heartbeats, and turning the job's end into an exit
+"""The parent's side of one job-backed process (:class:`JobPopen`): creating its job,
+following it through its control channel (:mod:`fiber.runtime.control`: hello,
+heartbeats, output) and its backend's statuses, and turning the job's end into an exit
 code. The counterpart of multiprocessing's Popen classes (poll, wait, terminate,
-kill, sentinel); the child's side is :mod:`fiber.runtime.bootstrap`.
+kill, sentinel); the child's side is :mod:`fiber.runtime.bootstrap`. Ending many
+processes at once, and freeing their jobs at exit, is :mod:`fiber.runtime.teardown`'s.
 """
 
 from __future__ import annotations
