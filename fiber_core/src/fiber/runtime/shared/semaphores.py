@@ -28,6 +28,7 @@ import threading
 from typing import Any
 
 from fiber import util
+from fiber.runtime.shared.created import CreatedNames
 from fiber.wire import shm
 
 __all__ = ["RECURSIVE_MUTEX", "SEMAPHORE", "SEM_VALUE_MAX", "LocalSemLock", "new_semlock",
@@ -39,29 +40,19 @@ logger = logging.getLogger("fiber.synchronize")
 RECURSIVE_MUTEX, SEMAPHORE = 0, 1  # the kinds of _multiprocessing.SemLock
 SEM_VALUE_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
 
-_names_lock = threading.Lock()
-_names: set[str] = set()  # semaphore names created here and not unlinked yet
-_warned_local = False
-
-
-def unlink_name(name: str) -> None:
-    """Unlink ``name``, if this process created it and has not unlinked it yet."""
-    with _names_lock:
-        if name not in _names:
-            return
-        _names.discard(name)
+def _remove(name: str) -> None:
     try:
         _multiprocessing.sem_unlink(name)
     except OSError:
         pass
 
 
-def unlink_all() -> None:
-    """At exit, after the children were joined: unlink every name created here."""
-    with _names_lock:
-        names = list(_names)
-    for name in names:
-        unlink_name(name)
+_names = CreatedNames(_remove)  # semaphore names created here and not unlinked yet
+#: unlink a name if this process created it and has not unlinked it yet
+unlink_name = _names.unlink
+#: at exit, after the children were joined: unlink every name created here
+unlink_all = _names.unlink_all
+_warned_local = False
 
 
 def new_semlock(kind: int, value: int, maxvalue: int) -> Any:
@@ -86,8 +77,7 @@ def new_semlock(kind: int, value: int, maxvalue: int) -> Any:
                     "primitives are served by the process that creates them, to every "
                     "other process (one round trip per operation)", exc)
             return LocalSemLock(kind, value, maxvalue)
-        with _names_lock:
-            _names.add(name)
+        _names.add(name)
         util.at_exit("shared semaphores", util.SHARED_STATE, unlink_all)
         return semlock
     raise FileExistsError("cannot find a free name for a semaphore")
