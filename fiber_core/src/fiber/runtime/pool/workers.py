@@ -50,7 +50,7 @@ from typing import Any, Protocol
 from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
-from fiber.runtime import popen, retry, run, submit
+from fiber.runtime import retry, run, submit, teardown
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
 from fiber.wire import transport
 
@@ -87,7 +87,7 @@ def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
     background (:mod:`fiber.runtime.teardown`), so this returns within seconds."""
     if hub is not None:
         hub.remove_channel(cid)  # connected workers leave on their own
-    popen.end_and_wait(list(processes), END_JOIN_WAIT)
+    teardown.end_and_wait(list(processes), END_JOIN_WAIT)
 
 
 def end_pool(scheduler: Scheduler, changed: threading.Condition,
@@ -282,7 +282,7 @@ class WorkerSet:
         if started:
             logger.info("ending the %d pool worker(s) started before the pool broke",
                         len(started))
-            popen.end_processes(started)
+            teardown.end_processes(started)
 
     # -- resizing -------------------------------------------------------------------
     def resize(self, processes: int) -> None:
