@@ -5,8 +5,10 @@ reports its :class:`JobStatus`, delivering the run's secret to the job privately
 (:mod:`fiber.backend.secrets`); it subclasses :class:`Backend`, declares its settings
 as :class:`ConfigOption` objects and registers both through the hooks of
 :mod:`fiber.backend.hookspecs` (marked with :data:`hookimpl`). Those names, the errors
-below and the test suite :mod:`fiber.testing` are the whole contract: a plugin imports
-nothing else of fiber (the ``lint`` environment checks it).
+below, :func:`start_thread` (:func:`fiber.threads.start`: every thread a plugin starts,
+its kind declared in :data:`fiber.threads.KINDS`) and the test suite
+:mod:`fiber.testing` are the whole contract: a plugin imports nothing else of fiber
+(the ``lint`` environment checks it).
 
 Inside fiber, the same package holds the machinery behind the contract: the plugin
 registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
@@ -40,14 +42,17 @@ from fiber.errors import (
     BackendError,
     ClusterUnreachableError,
     ConfigError,
+    FiberThreadError,
     JobCreationError,
     TransientBackendError,
 )
+from fiber.threads import start as start_thread
 
 __all__ = [
     "CAPABILITIES", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
-    "ConfigOption", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus",
+    "ConfigOption", "FiberThreadError", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus",
     "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
+    "start_thread",
     "load_secrets", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
     "read_secrets_file", "secrets_file_content", "write_secrets_file",
