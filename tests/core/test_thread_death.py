@@ -20,16 +20,20 @@ import pytest
 from fiber import threads
 from fiber.errors import FiberThreadError
 
-# kinds whose death has no scenario here, and why: the plugins' are killed against
-# their engines (tests/ssh/test_thread_death.py, tests/k8s/test_thread_death.py); the
-# two below run only at exit for a job that neither its own connection nor its backend
-# could end (a cluster that does not answer): a local job always ends when told, so a
-# program here cannot reach them (their death is exempt: report_at_exit names the jobs)
-NOT_YET_COVERED = {
-    "fiber-k8s-watch", "fiber-ssh-prepare", "fiber-ssh-reader", "fiber-ssh-dispatch",
-    "fiber-ssh-kill", "fiber-ssh-search",
-    "fiber-release", "fiber-end-at-exit",
+# the plugins' kinds are killed against their real engines, in these files (each
+# names the kinds it covers; test_every_kind_is_covered checks that it does)
+ENGINE_TESTS = {
+    "fiber-k8s-watch": "tests/k8s/test_thread_death.py",
+    **{kind: "tests/ssh/test_thread_death.py" for kind in (
+        "fiber-ssh-prepare", "fiber-ssh-reader", "fiber-ssh-dispatch", "fiber-ssh-kill",
+        "fiber-ssh-search")},
 }
+
+# kinds whose death has no scenario, and why: these two run only at exit for a job
+# that neither its own connection nor its backend could end (a cluster that does not
+# answer); a local job always ends when told, so no program here reaches them (their
+# death is exempt: report_at_exit names the jobs left)
+NOT_YET_COVERED = {"fiber-release", "fiber-end-at-exit"}
 
 # a job's threads: their death is logged in the job (its log), not in the program's
 # output. A job without its heartbeat or output exits with
@@ -76,11 +80,12 @@ def report(call):
         print("RETURNED", round(time.monotonic() - start, 1), flush=True)
 """
 
-# a job that makes a queue and sends it to the program (with the fault set in it only)
+# a job that makes a queue and sends it to the program (with the fault set in it only);
+# it exits once told (done), so that its log (the death) is all forwarded
 _JOB_QUEUE = """
 import os
 from fiber import threads
-def make(answers):
+def make(answers, done):
     os.environ[threads.FAULT_ENV] = sys.argv[1]  # (this job only: JOB_ONLY)
     q = fiber.Queue()
 """
@@ -198,29 +203,29 @@ if __name__ == "__main__":
     "fiber-timers": (_JOB_QUEUE + """
     q.put(1)
     answers.put(q)
-    time.sleep(30)
+    done.get(timeout=30)
 if __name__ == "__main__":
-    answers = fiber.Queue()
-    p = fiber.Process(target=make, args=(answers,), daemon=True)
+    answers, done = fiber.Queue(), fiber.Queue()
+    p = fiber.Process(target=make, args=(answers, done), daemon=True)
     p.start()
     q = answers.get(timeout=30)
     q.get(timeout=10)
     report(lambda: q.get(timeout=5))
-    p.terminate()
-    p.join()
+    done.put(None)
+    p.join(30)
 """, "FiberThreadError"),
     # (the job's hub closes its nng socket: the program's connection is refused)
     "fiber-hub": (_JOB_QUEUE + """
     answers.put(q)
-    time.sleep(30)
+    done.get(timeout=30)
 if __name__ == "__main__":
-    answers = fiber.Queue()
-    p = fiber.Process(target=make, args=(answers,), daemon=True)
+    answers, done = fiber.Queue(), fiber.Queue()
+    p = fiber.Process(target=make, args=(answers, done), daemon=True)
     p.start()
     q = answers.get(timeout=30)
     report(lambda: q.get(timeout=5))
-    p.terminate()
-    p.join()
+    done.put(None)
+    p.join(30)
 """, "ConnectionLostError"),
     # (the program has read the job's queue over nng; the job ends: the connection is
     # lost, and the thread closing it dies)
@@ -412,10 +417,15 @@ def test_fiber_thread_error_names_the_thread_and_keeps_the_cause():
 
 
 def test_every_kind_is_covered():
-    """Every kind declared in fiber.threads.KINDS has a scenario above, or is listed
-    as not yet covered; a new kind fails this test until it gets one."""
-    assert set(threads.KINDS) == set(SCENARIOS) | NOT_YET_COVERED
-    assert not set(SCENARIOS) & NOT_YET_COVERED
+    """Every kind declared in fiber.threads.KINDS has a scenario above, a test against
+    its engine, or is listed as not yet covered; a new kind fails this test until it
+    gets one."""
+    assert set(threads.KINDS) == set(SCENARIOS) | set(ENGINE_TESTS) | NOT_YET_COVERED
+    assert not set(SCENARIOS) & (NOT_YET_COVERED | set(ENGINE_TESTS))
+    root = os.path.join(os.path.dirname(__file__), "..", "..")
+    for kind, path in ENGINE_TESTS.items():
+        with open(os.path.join(root, path), encoding="utf-8") as file:
+            assert f'"{kind}"' in file.read(), (kind, path)
 
 
 def test_no_thread_is_started_outside_the_helper():
