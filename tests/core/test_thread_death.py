@@ -333,15 +333,23 @@ if __name__ == "__main__":
         p.terminate()
         p.join()
 """, "FiberThreadError"),
+    # (a queue's reader, then a pipe's end: wait() shows each readable, and its next
+    # read raises the watcher's death rather than trust it)
     "fiber-conn-watch": ("""
 from multiprocessing.connection import wait
-def watch(q):
+def watch(q, conn):
     wait([q._reader], 5)
-    q._reader.poll()
+    try:
+        q._reader.poll()
+    except BaseException as exc:
+        print("queue's reader:", type(exc).__name__, exc, flush=True)
+    wait([conn], 5)
+    conn.poll()
 if __name__ == "__main__":
     q = fiber.Queue()
+    mine, theirs = fiber.Pipe()
     def run():
-        p = fiber.Process(target=watch, args=(q,))
+        p = fiber.Process(target=watch, args=(q, theirs))
         p.start()
         p.join(10)
         print("exit code", p.exitcode, flush=True)
@@ -367,7 +375,8 @@ def test_the_call_depending_on_a_dead_thread_raises(run_script, kind):
     if kind not in IN_JOBS:
         assert f"fiber thread {kind}" in out, out  # logged, with its name ...
         assert "Traceback" in out and f"injected into {kind}" in out, out  # ... traceback
-    if kind == "fiber-conn-watch":  # the job's poll() raised: its traceback says so
+    if kind == "fiber-conn-watch":  # the job's polls raised: its traceback says so
+        assert "queue's reader: FiberThreadError fiber thread 'fiber-conn-watch" in out, out
         assert "exit code 1" in out and "FiberThreadError: fiber thread 'fiber-conn-watch" \
             in out, out
         return
