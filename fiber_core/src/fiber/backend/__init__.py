@@ -5,9 +5,11 @@ reports its :class:`JobStatus`, delivering the run's secret to the job privately
 (:mod:`fiber.backend.secrets`); it subclasses :class:`Backend`, declares its settings
 as :class:`ConfigOption` objects and declares both in a :class:`Plugin`, the data its
 entry point names (backend names to dotted paths, settings, and the version of this
-contract it implements, :data:`CONTRACT_VERSION`). Those names, the errors
-below and the test suite :mod:`fiber.testing` are the whole contract: a plugin imports
-nothing else of fiber (the ``lint`` environment checks it).
+contract it implements, :data:`CONTRACT_VERSION`). Those names, the errors below,
+:func:`start_thread` (:func:`fiber.threads.start`: every thread a plugin starts, its
+kind declared in :data:`fiber.threads.KINDS`) and the test suite :mod:`fiber.testing`
+are the whole contract: a plugin imports nothing else of fiber (the ``lint``
+environment checks it).
 
 Inside fiber, the same package holds the machinery behind the contract: the plugin
 registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
@@ -42,14 +44,17 @@ from fiber.errors import (
     BackendError,
     ClusterUnreachableError,
     ConfigError,
+    FiberThreadError,
     JobCreationError,
     TransientBackendError,
 )
+from fiber.threads import start as start_thread
 
 __all__ = [
     "CAPABILITIES", "CONTRACT_VERSION", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
-    "ConfigOption", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus", "Plugin",
+    "ConfigOption", "FiberThreadError", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus", "Plugin",
     "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
+    "start_thread",
     "load_secrets", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
     "read_secrets_file", "secrets_file_content", "write_secrets_file",

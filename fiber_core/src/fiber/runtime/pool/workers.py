@@ -39,6 +39,7 @@ supervisor to see the last result out, then for every worker to exit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -125,6 +126,10 @@ class WorkerSet:
                                        (scheduler, changed, self.processes, hub, cid),
                                        exitpriority=15)
         # (a bulk backend: a whole group reaches one create_jobs call, runtime.submit)
+        # An executor rather than threads.start per worker: a bounded set of threads
+        # fed by a queue, which terminate() cancels and waits for in one call; each of
+        # its tasks runs through threads.guarded, so what a start raises is never left
+        # unread in a future (it breaks the pool: _start_died)
         self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
                                                self._backend, STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
@@ -154,7 +159,9 @@ class WorkerSet:
             submit.expect(workers._backend, len(jobs))  # one create_jobs call for the group
             for job in jobs:
                 try:
-                    workers._starter.submit(workers._start, job)
+                    workers._starter.submit(threads.guarded(
+                        "fiber-pool-start", workers._start,
+                        fails=functools.partial(workers._start_died, job)), job)
                 except RuntimeError:  # terminated meanwhile
                     return
             del workers
@@ -230,6 +237,16 @@ class WorkerSet:
                 workers._ended(job)
 
         process._popen.add_done_callback(ended)
+
+    def _start_died(self, job: list[Worker], error: BaseException) -> None:
+        """A start raised what :meth:`_start` does not handle (a bug, or the injected
+        fault of a test): the pool breaks with it, as for a start that failed, rather
+        than wait for workers nobody starts."""
+        self._break(error)
+        with self._changed:
+            for w in job:
+                if w.process is None:
+                    self._scheduler.start_failed(w)
 
     def _unwanted(self) -> bool:
         """No worker is wanted any more: the pool was terminated or collected, or it

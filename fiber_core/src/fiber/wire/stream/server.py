@@ -30,6 +30,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from fiber import threads
+from fiber.errors import FiberThreadError
 from fiber.wire.channel import Request
 from fiber.wire.gate import Admission, FramedAdmission, Gate
 from fiber.wire.handshake import HubHandshake
@@ -98,8 +100,6 @@ class StreamListener:
         self._parked: dict[_Connection, float] = {}
         self._conns: set[_Connection] = set()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="fiber-stream", daemon=True)
-        self._thread.start()
         # strangers are held at the gate until they prove the run's secret
         self.failure: BaseException | None = None  # why it stopped admitting, if it did
         self.gate = Gate("stream", self._admitted, deadline=AUTH_TIMEOUT,
@@ -107,6 +107,8 @@ class StreamListener:
         for listening in (self._sock, self._local):
             if listening is not None:
                 self.gate.listen(listening, self._admission)
+        # (started last: if it dies at once, what it closes is all made)
+        self._thread = threads.start("fiber-stream", self._run, fails=self._selector_died)
         logger.debug("stream listener on %s", self.address)
 
     def _wake(self) -> None:
@@ -130,6 +132,22 @@ class StreamListener:
                     listening.close()
                 except OSError:
                     pass
+
+    def _selector_died(self, error: FiberThreadError) -> None:
+        """No connection is read any more: stop admitting (as :meth:`_gate_died`) and
+        close every connection, so that its peer's calls fail at once instead of
+        waiting for replies nobody reads requests for."""
+        self._gate_died(error)
+        self.gate.close()
+        with self._lock:
+            self._closed = True  # (a connection admitted from now on is closed at once)
+            conns = list(self._conns) + self._joining
+            self._joining = []
+            self._parked.clear()
+        for conn in conns:
+            self._conns.discard(conn)
+            conn.close()
+            self._peer_lost(conn.peer)
 
     # -- admitting (on the gate's thread) ----------------------------------------------
     def _admission(self, sock: socket.socket) -> StreamAdmission:
