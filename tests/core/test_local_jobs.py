@@ -13,6 +13,7 @@ import uuid
 
 import pytest
 
+from fiber import host
 from fiber.backend import JobSpec, JobState
 from fiber.backend.local import records
 from fiber.backend.local.backend import LocalBackend
@@ -70,7 +71,8 @@ def test_a_record_of_a_reused_pid_is_not_a_job(labels):
 
 def test_a_directory_others_can_write_is_not_used(tmp_path, monkeypatch, caplog, labels):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(records, "_warned", False)
+    # (the warning is said once per process: fiber.host's flag, reset for this test)
+    monkeypatch.setattr(host, "_warned", False)
     shared = tmp_path / f"fiber-local-jobs-{os.getuid()}"
     shared.mkdir()
     shared.chmod(0o777)

@@ -17,7 +17,7 @@ EXAMPLE = Path(__file__).parent.parent / "example_plugin"
 def test_local_backend_registers_through_the_hooks():
     found = registry.backends()
     assert found["local"].package == "fiber-core"
-    impls = [i.plugin_name for i in registry.plugin_manager().hook.fiber_backends.get_hookimpls()]
+    impls = [i.plugin_name for i in registry.plugin_manager().hook.fiber_plugin.get_hookimpls()]
     assert "local" in impls  # the entry point name, like any third-party plugin
 
 

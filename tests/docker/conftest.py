@@ -12,7 +12,7 @@ import docker
 import pytest
 
 from fiber.runtime import config
-from fiber_docker import DockerBackend
+from fiber_docker.backend import DockerBackend
 
 
 @pytest.fixture(scope="session")

@@ -13,7 +13,7 @@ from fiber.backend import ClusterUnreachableError, JobCreationError
 from fiber.backend.job import JobSpec
 from fiber.backend.options import ConfigError
 from fiber.runtime import config
-from fiber_docker import DockerBackend
+from fiber_docker.backend import DockerBackend
 
 
 def _spec(run_labels, **fields) -> JobSpec:

@@ -72,7 +72,7 @@ def test_permission_denied_fails_at_once_with_the_hint(docker_engine, tmp_path):
         import json, sys, time
         from fiber.backend import JobSpec
         from fiber.runtime import retry
-        from fiber_docker import DockerBackend
+        from fiber_docker.backend import DockerBackend
         backend = DockerBackend({{"docker_host": {"unix://" + str(locked / "docker.sock")!r},
                                  "image": "unused"}})
         spec = JobSpec(command=["true"], name="denied")

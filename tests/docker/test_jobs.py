@@ -235,7 +235,7 @@ def test_default_image_and_nested_jobs_inside_a_container(backend, make_backend,
     code = f"""
         import sys
         from fiber.backend.job import JobSpec
-        from fiber_docker import DockerBackend
+        from fiber_docker.backend import DockerBackend
         inner = DockerBackend({{}})
         print('image=' + inner._image(JobSpec(command=[])), flush=True)
         write = 'open("nested.txt", "w").write("from the nested job"); print("nested-ok")'

@@ -10,14 +10,14 @@ import pytest
 
 from fiber.backend.job import JobState, JobStatus
 from fiber_docker.selfcontainer import own_container_id
-from fiber_docker.status import signal_exitcode, to_status
+from fiber_docker.status import to_status
 from fiber_docker.volumes import Volume, is_under, parse_volume, parse_volumes
 
 
 @pytest.mark.parametrize("code, expected", [(0, 0), (3, 3), (128, 128), (137, -9),
                                             (143, -15), (130, -2), (255, 255)])
 def test_signal_exit_codes(code, expected):
-    assert signal_exitcode(code) == expected
+    assert JobStatus.decode_exitcode(code, "shell") == expected
 
 
 def test_states():

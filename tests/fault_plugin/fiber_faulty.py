@@ -52,8 +52,8 @@ from fiber.backend import (
     JobSpec,
     JobState,
     JobStatus,
+    Plugin,
     TransientBackendError,
-    hookimpl,
 )
 from fiber.backend.local.backend import LocalBackend
 
@@ -157,6 +157,9 @@ class FaultyBulkBackend(FaultyBackend):
         return outcomes
 
 
-@hookimpl
-def fiber_backends() -> dict[str, type[FaultyBackend]]:
-    return {"faulty": FaultyBackend, "faulty_bulk": FaultyBulkBackend}
+plugin = Plugin(
+    package="fiber-faulty",
+    contract=1,
+    backends={"faulty": "fiber_faulty:FaultyBackend",
+              "faulty_bulk": "fiber_faulty:FaultyBulkBackend"},
+)

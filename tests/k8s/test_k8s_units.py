@@ -11,14 +11,14 @@ import re
 import pytest
 
 from fiber.backend import JobCreationError
-from fiber.backend.job import JobSpec, JobState
+from fiber.backend.job import JobSpec, JobState, JobStatus
 from fiber.backend.options import ConfigOption
 from fiber_k8s import names
 from fiber_k8s.manifest import INSTANCE_LABEL, pod_manifest
 from fiber_k8s.plugin import OPTIONS
 from fiber_k8s.resources import parse_extra_resources, pod_resources
 from fiber_k8s.settings import parse_host_paths, parse_tolerations, parse_volumes
-from fiber_k8s.status import container_started, exitcode_from_container, pod_status
+from fiber_k8s.status import container_started, pod_status
 
 LABEL_VALUE = re.compile(r"([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?")
 
@@ -116,7 +116,8 @@ def _pod(phase, *, waiting=None, terminated=None, reason=None, conditions=()):
 
 
 def test_status_mapping():
-    assert exitcode_from_container(137) == -9 and exitcode_from_container(3) == 3
+    assert JobStatus.decode_exitcode(137, "shell") == -9
+    assert JobStatus.decode_exitcode(3, "shell") == 3
     assert pod_status(_pod("Succeeded"), None, 0, 60).state is JobState.SUCCEEDED
     oom = pod_status(_pod("Failed", terminated={"exit_code": 137, "reason": "OOMKilled"}),
                      None, 0, 60)

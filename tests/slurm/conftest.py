@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 
 from fiber.backend.job import JobSpec
-from fiber_slurm import SlurmBackend
+from fiber_slurm.backend import SlurmBackend
 from fiber_slurm.options import OPTIONS
 
 

@@ -261,9 +261,16 @@ class Connection:
         if reply[:1] == CLOSED:
             raise BrokenPipeError("the other end of the pipe is closed")
 
+    def _check_watch(self) -> None:
+        # the readiness watcher's thread died: wait() showed this end readable, which
+        # may be a lie, so its reads raise the thread's error (as a queue's reader's)
+        if self._watch is not None and self._watch.error is not None:
+            raise self._watch.error
+
     def _get(self) -> bytes:
         self._check_closed()
         self._check_readable()
+        self._check_watch()
         if self._channel is not None:
             return self._channel.boxes[self._side].get()
         reply = self._request(encode(Op.GET, None, reader_host()))
@@ -309,6 +316,7 @@ class Connection:
     def poll(self, timeout: float | None = 0.0) -> bool:
         self._check_closed()
         self._check_readable()
+        self._check_watch()
         if self._channel is not None:
             return self._channel.boxes[self._side].poll(timeout)
         reply = self._request(encode(Op.POLL, timeout), timeout)

@@ -15,7 +15,7 @@ __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
-    "ForkedProcessError", "JobCreationError",
+    "ForkedProcessError", "JobCreationError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -155,3 +155,9 @@ class ClusterUnreachableError(TransientBackendError):
 
 class BackendNotFoundError(LookupError):
     """The selected backend is not provided by any installed plugin."""
+
+
+class PluginContractError(BackendNotFoundError):
+    """An installed plugin was written for another version of fiber's plugin contract
+    (``fiber.backend.CONTRACT_VERSION``) than this fiber-core implements; the message
+    names the fiber-core the plugin needs."""

@@ -429,8 +429,8 @@ def _exit_function() -> None:
     children = active_children()
     daemonic = [p for p in children if p.daemon]
     if daemonic:
-        from fiber.runtime import popen as job_popen
-        job_popen.end_and_wait(daemonic, DAEMON_JOIN_WAIT)
+        from fiber.runtime import teardown
+        teardown.end_and_wait(daemonic, DAEMON_JOIN_WAIT)
     for p in active_children():
         if p.daemon:
             continue
@@ -438,7 +438,7 @@ def _exit_function() -> None:
             p.join()
         except Exception:  # noqa: BLE001 - joining at exit is best effort
             pass
-    popen = sys.modules.get("fiber.runtime.popen")
-    if popen is not None:  # this process created jobs (a job that did not needs nothing)
-        popen.release_all()  # ended jobs the cluster still keeps (containers, pods)
+    if "fiber.runtime.popen" in sys.modules:  # this process created jobs (else: nothing)
+        from fiber.runtime import teardown
+        teardown.release_all()  # ended jobs the cluster still keeps (containers, pods)
 

@@ -43,7 +43,6 @@ import errno
 import logging
 import mmap
 import os
-import threading
 import types
 from collections.abc import Callable, Iterable
 from multiprocessing import shared_memory as _std
@@ -51,31 +50,24 @@ from typing import Any
 
 from fiber import util
 from fiber.errors import ProcessError
+from fiber.runtime.shared.created import CreatedNames
 from fiber.wire import shm
 
 __all__ = ["SharedMemory", "ShareableList", "SharedMemoryManager"]
 
 logger = logging.getLogger("fiber.shared_memory")
 
-_lock = threading.Lock()
-_created: set[str] = set()  # names this process created and has not unlinked
+_created = CreatedNames()  # names this process created and has not unlinked
 
 
 def _forget(name: str) -> bool:
-    with _lock:
-        if name in _created:
-            _created.discard(name)
-            return True
-        return False
+    return _created.take(name)
 
 
 def _unlink_left() -> None:
     """At exit, after the children were joined: unlink the blocks this process
     created and nobody unlinked."""
-    with _lock:
-        names = sorted(_created)
-        _created.clear()
-    for name in names:
+    for name in _created.take_all():
         try:
             os.unlink(_path(name))
         except FileNotFoundError:
@@ -119,8 +111,7 @@ class SharedMemory:
         self._name = chosen
         try:
             if create:
-                with _lock:
-                    _created.add(chosen)
+                _created.add(chosen)
                 util.at_exit("shared_memory blocks", util.SHARED_STATE, _unlink_left)
                 os.ftruncate(self._fd, size)
             else:

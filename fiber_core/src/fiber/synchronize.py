@@ -30,172 +30,45 @@ killed creators leave behind is swept (:func:`fiber.wire.shm.sweep`). Opening a
 primitive whose creator has exited raises :class:`FileNotFoundError` saying so.
 
 **No named semaphores** (``/dev/shm`` missing or read-only): a primitive is then made
-over :mod:`threading` in its creator (:class:`_LocalSemLock`, one warning in the log)
-and every other process uses it through the creator.
+over :mod:`threading` in its creator (one warning in the log) and every other process
+uses it through the creator. The names, their lifetime and this fallback are in
+:mod:`fiber.runtime.shared.semaphores`; what a pickle carries and the proxies, in
+:mod:`fiber.runtime.shared.sync_proxies`.
 
-``_multiprocessing.SemLock`` is a private type of CPython; this module uses its
-constructor ``SemLock(kind, value, maxvalue, name, unlink)``, ``SemLock._rebuild(handle,
-kind, maxvalue, name)`` (reopens a name: the same on Python 3.9-3.13),
-``sem_unlink(name)`` and the methods ``acquire``, ``release``, ``_is_mine``,
-``_count``, ``_get_value``, ``_is_zero``, as :mod:`multiprocessing.synchronize` does.
+Of ``_multiprocessing.SemLock``, a private type of CPython, this module uses the
+methods ``acquire``, ``release``, ``_is_mine``, ``_count``, ``_get_value``,
+``_is_zero``, as :mod:`multiprocessing.synchronize` does.
 ``ctx`` is accepted and ignored (every context makes the same primitives).
 """
 
 from __future__ import annotations
 
-import _multiprocessing  # CPython private: see above (no stubs: mypy.ini)
-import errno
 import logging
-import os
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from fiber import util
-from fiber.runtime import config
-from fiber.runtime.managers import sync as _sync
 from fiber.runtime.managers.stdlib import BaseProxy
-from fiber.runtime.shared import served
+from fiber.runtime.shared import served, sync_proxies
 from fiber.runtime.shared.buffers import SharedBuffer
-from fiber.wire import auth, shm
+from fiber.runtime.shared.semaphores import (
+    RECURSIVE_MUTEX,
+    SEM_VALUE_MAX,
+    SEMAPHORE,
+    new_semlock,
+    reopen,
+    unlink_name,
+)
+from fiber.wire import auth
 
 __all__ = ["Lock", "RLock", "Semaphore", "BoundedSemaphore", "Condition", "Event",
            "Barrier"]  # and, as in multiprocessing.synchronize: SemLock, SEM_VALUE_MAX,
 #                       RECURSIVE_MUTEX, SEMAPHORE
 
 logger = logging.getLogger("fiber.synchronize")
-
-RECURSIVE_MUTEX, SEMAPHORE = 0, 1  # the kinds of _multiprocessing.SemLock
-SEM_VALUE_MAX = _multiprocessing.SemLock.SEM_VALUE_MAX
-
-# -- the names this process created ------------------------------------------------------
-_names_lock = threading.Lock()
-_names: set[str] = set()  # semaphore names created here and not unlinked yet
-_warned_local = False
-
-
-def _unlink_name(name: str) -> None:
-    with _names_lock:
-        if name not in _names:
-            return
-        _names.discard(name)
-    try:
-        _multiprocessing.sem_unlink(name)
-    except OSError:
-        pass
-
-
-def _unlink_all() -> None:
-    """At exit, after the children were joined: unlink every name created here."""
-    with _names_lock:
-        names = list(_names)
-    for name in names:
-        _unlink_name(name)
-
-
-def _new_semlock(kind: int, value: int, maxvalue: int) -> Any:
-    """A new named semaphore of this process (unlinked when ``owner`` goes), or a
-    :class:`_LocalSemLock` if this host has no named semaphores."""
-    global _warned_local
-    if value < 0 or value > SEM_VALUE_MAX:
-        # what multiprocessing's sem_open raises for it (not a host without named
-        # semaphores: that fallback would make a semaphore of a negative value)
-        raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
-    for _ in range(100):
-        name = "/" + shm.state_name()
-        try:
-            semlock = _multiprocessing.SemLock(kind, value, maxvalue, name, False)
-        except FileExistsError:
-            continue
-        except OSError as exc:
-            if not _warned_local:
-                _warned_local = True
-                logger.warning(
-                    "no named semaphores on this host (%s): fiber's locks and other "
-                    "primitives are served by the process that creates them, to every "
-                    "other process (one round trip per operation)", exc)
-            return _LocalSemLock(kind, value, maxvalue)
-        with _names_lock:
-            _names.add(name)
-        util.at_exit("shared semaphores", util.SHARED_STATE, _unlink_all)
-        return semlock
-    raise FileExistsError("cannot find a free name for a semaphore")
-
-
-def _reopen(kind: int, maxvalue: int, name: str, what: str) -> Any:
-    """The semaphore ``name`` that a process of this host created."""
-    try:
-        return _multiprocessing.SemLock._rebuild(0, kind, maxvalue, name)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"the {what} is gone: the process that created it has exited (a shared "
-            "object must be received while its creator runs)") from None
-
-
-class _LocalSemLock:
-    """The methods of ``_multiprocessing.SemLock`` over :mod:`threading`, for a host
-    without named semaphores: only its creator uses it natively."""
-
-    name = None
-    handle = 0
-
-    def __init__(self, kind: int, value: int, maxvalue: int) -> None:
-        self.kind, self.maxvalue = kind, maxvalue
-        self._value = value
-        self._held = 0  # acquisitions by _tid not yet released, as SemLock's count
-        self._tid: int | None = None
-        self._cond = threading.Condition(threading.Lock())
-
-    def _is_mine(self) -> bool:
-        return self._held > 0 and self._tid == threading.get_ident()
-
-    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
-        if self.kind == RECURSIVE_MUTEX and self._is_mine():
-            self._held += 1
-            return True
-        with self._cond:
-            if block:
-                wait = None if timeout is None else max(0.0, timeout)
-                if not self._cond.wait_for(lambda: self._value > 0, wait):
-                    return False
-            elif self._value <= 0:
-                return False
-            self._value -= 1
-            self._held += 1
-            self._tid = threading.get_ident()
-            return True
-
-    def release(self) -> None:
-        if self.kind == RECURSIVE_MUTEX:
-            if not self._is_mine():
-                raise AssertionError("attempt to release recursive lock not owned by thread")
-            if self._held > 1:
-                self._held -= 1
-                return
-        with self._cond:
-            if self.kind != RECURSIVE_MUTEX and self._value >= self.maxvalue:
-                raise ValueError("semaphore or lock released too many times")
-            self._value += 1
-            self._held -= 1
-            self._cond.notify()
-
-    def _count(self) -> int:
-        return self._held
-
-    def _get_value(self) -> int:
-        return self._value
-
-    def _is_zero(self) -> bool:
-        return self._value == 0
-
-    def __enter__(self) -> bool:
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()
 
 
 def _me() -> str:
@@ -206,28 +79,9 @@ def _me() -> str:
     return name if thread == "MainThread" else f"{name}|{thread}"
 
 
-def _host() -> bytes | None:
-    config.get_config()  # the shared_memory setting applies (read once)
-    return shm.host_token()
-
-
 # -- pickling: native on the creator's host, through the creator elsewhere --------------
-_served_here: dict[tuple[Any, str], Any] = {}  # (address, id) -> object, in its creator
-
-
-def _token_of(obj: Any) -> tuple[bytes | None, Any]:
-    """The host token and the served token to pickle ``obj`` with."""
-    origin = obj.__dict__.get("_origin")
-    if origin is not None:  # attached natively: its creator's
-        return origin
-    token = served.token_for(obj, obj._typeid)
-    _served_here[(tuple(token.address), token.id)] = obj
-    host = _host() if obj._native_state() is not None else None
-    return host, token
-
-
 def _reduce(obj: Any) -> tuple[Any, tuple[Any, ...]]:
-    host, token = _token_of(obj)
+    host, token = sync_proxies.token_of(obj)
     state = obj._native_state() if host is not None else None
     return _rebuild, (type(obj).__name__, state, host, token, auth.for_stdlib_child())
 
@@ -238,10 +92,10 @@ def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any,
     over the same semaphores on its host, else a proxy of it. ``secret``: the run's, for
     a child started by multiprocessing (:func:`fiber.wire.auth.for_stdlib_child`)."""
     auth.adopt(secret)
-    obj = _served_here.get((tuple(token.address), token.id))
+    obj = sync_proxies.served_object(token)
     if obj is not None:
         return obj
-    if state is not None and host is not None and host == _host():
+    if state is not None and host is not None and host == sync_proxies.host():
         obj = _CLASSES[cls_name]._attach(state)
         obj._origin = (host, token)
         return obj
@@ -268,11 +122,11 @@ class SemLock:
     _what = "lock"
 
     def __init__(self, kind: int, value: int, maxvalue: int, *, ctx: Any = None) -> None:
-        self._semlock = _new_semlock(kind, value, maxvalue)
+        self._semlock = new_semlock(kind, value, maxvalue)
         self._make_methods()
         name = self._semlock.name
         if name is not None:  # unlinked when collected here, or at exit
-            weakref.finalize(self, _unlink_name, name).atexit = False
+            weakref.finalize(self, unlink_name, name).atexit = False
 
     def _make_methods(self) -> None:
         self.acquire = self._semlock.acquire
@@ -292,7 +146,7 @@ class SemLock:
     def _attach(cls, state: tuple[Any, ...]) -> Any:
         self = cls.__new__(cls)
         kind, maxvalue, name = state
-        self._semlock = _reopen(kind, maxvalue, name, cls._what)
+        self._semlock = reopen(kind, maxvalue, name, cls._what)
         self._make_methods()
         return self
 
@@ -637,71 +491,4 @@ _CLASSES: dict[str, Any] = {cls.__name__: cls for cls in (
     SemLock, Lock, RLock, Semaphore, BoundedSemaphore, Condition, Event, Barrier)}
 
 
-# -- proxies: the same objects through their creator ----------------------------------
-class _SharedProxyMixin:
-    """What the proxies of this module add to the standard ones: a repr like the native
-    object's (one round trip), and pickling that gives a process of the creator's host
-    the native object."""
-
-    _fiber_state: tuple[Any, ...] = ("SemLock", None, None)
-
-    if TYPE_CHECKING:  # BaseProxy's
-        _token: Any
-
-        def _callmethod(self, methodname: str, args: tuple = (),
-                        kwds: dict | None = None) -> Any: ...
-
-    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
-        cls_name, state, host = self._fiber_state
-        return _rebuild, (cls_name, state, host, self._token)
-
-    def __repr__(self) -> str:
-        try:
-            return self._callmethod("_describe", (_me(),))
-        except Exception:  # noqa: BLE001 - a repr never fails
-            return f"<{self._token.typeid} of a process that cannot be reached>"
-
-    __str__ = __repr__
-
-
-class _LockProxy(_SharedProxyMixin, _sync.AcquirerProxy):  # type: ignore[name-defined]
-    """A Lock or RLock used through its creator."""
-
-    _exposed_: tuple[str, ...] = ("acquire", "release", "_describe")
-
-
-class _SemaphoreProxy(_LockProxy):
-    """A Semaphore or BoundedSemaphore used through its creator."""
-
-    _exposed_ = ("acquire", "release", "get_value", "_describe")
-
-    def get_value(self) -> int:
-        """The semaphore's value."""
-        return self._callmethod("get_value")
-
-
-class _ConditionProxy(_SharedProxyMixin, _sync.ConditionProxy):  # type: ignore[name-defined]
-    """A Condition used through its creator."""
-
-    _exposed_ = ("acquire", "release", "wait", "notify", "notify_all", "_describe")
-
-
-class _EventProxy(_SharedProxyMixin, _sync.EventProxy):  # type: ignore[name-defined]
-    """An Event used through its creator."""
-
-    _exposed_ = ("is_set", "set", "clear", "wait", "_describe")
-
-
-class _BarrierProxy(_SharedProxyMixin, _sync.BarrierProxy):  # type: ignore[name-defined]
-    """A Barrier used through its creator."""
-
-    _exposed_ = ("__getattribute__", "wait", "abort", "reset", "_describe")
-
-
-for _typeid, _proxy in (("Lock", _LockProxy), ("RLock", _LockProxy),
-                        ("Semaphore", _SemaphoreProxy),
-                        ("BoundedSemaphore", _SemaphoreProxy),
-                        ("Condition", _ConditionProxy), ("Event", _EventProxy),
-                        ("Barrier", _BarrierProxy)):
-    served.register(_typeid, _proxy)
-del _typeid, _proxy
+sync_proxies.register(_rebuild, _me)

@@ -35,7 +35,8 @@ from collections.abc import Callable
 
 from fiber.errors import FiberThreadError
 
-__all__ = ["FAULT_ENV", "KINDS", "THREAD_DIED_EXIT", "deaths", "end_process", "start"]
+__all__ = ["FAULT_ENV", "KINDS", "THREAD_DIED_EXIT", "deaths", "end_process", "guarded",
+           "start"]
 
 logger = logging.getLogger("fiber")
 
@@ -65,6 +66,13 @@ KINDS: dict[str, str] = {
     "fiber-timers": "runs the hub's deadlines (timeouts, heartbeat checks)",
     "fiber-nng-close": "closes an nng connection whose peer went away",
     "fiber-gate": "admits a listener's new connections through their handshakes",
+    "fiber-hub": "receives every message of a hub's nng socket",
+    "fiber-pipe-close": "closes an nng connection the hub refused, evicted or timed out",
+    "fiber-stream": "reads a hub's stream connections (the stream listener's selector)",
+    "fiber-pool-start": "starts one pool worker's job (a starter pool's task)",
+    "fiber-manager-line": "serves one connection to a manager's server",
+    "fiber-shared-server": "accepts the connections to a process's shared objects",
+    "fiber-shared-line": "serves one connection to a process's shared objects",
     # a job's runtime
     "fiber-heartbeat": "a job's heartbeat with its parent",
     "fiber-output": "sends a job's stdout or stderr to its parent",
@@ -96,6 +104,32 @@ def start(kind: str, target: Callable[..., object], *args: object, name: str | N
     (called with the error if the thread dies, see the module) and ``exempt`` (why
     nothing depends on the thread) is given. Returns the thread, started unless
     ``started`` is False (then the caller starts it)."""
+    name = _check(kind, name, fails, exempt)
+    inject = kind in os.environ.get(FAULT_ENV, "").split(",")
+    thread = threading.Thread(target=_run, args=(name, target, args, fails, inject),
+                              name=name, daemon=daemon)
+    if started:
+        thread.start()
+    return thread
+
+
+def guarded(kind: str, target: Callable[..., object], *, name: str | None = None,
+            fails: Callable[[FiberThreadError], object] | None = None,
+            exempt: str | None = None) -> Callable[..., None]:
+    """``target`` wrapped to run on a thread fiber does not start itself (a task of a
+    :class:`concurrent.futures.ThreadPoolExecutor`): each call is what :func:`start`'s
+    thread would be (fault injection, its death logged, recorded and ``fails``
+    called), so that nothing it raises is left unread in a future."""
+    name = _check(kind, name, fails, exempt)
+
+    def call(*args: object) -> None:
+        inject = kind in os.environ.get(FAULT_ENV, "").split(",")
+        _run(name, target, args, fails, inject)
+
+    return call
+
+
+def _check(kind: str, name: str | None, fails: object, exempt: object) -> str:
     if kind not in KINDS:
         raise ValueError(f"unknown kind of fiber thread {kind!r}: declare it in "
                          "fiber.threads.KINDS (and test its death)")
@@ -104,12 +138,7 @@ def start(kind: str, target: Callable[..., object], *args: object, name: str | N
         raise ValueError(f"thread name {name!r} does not start with its kind {kind!r}")
     if (fails is None) == (exempt is None):
         raise TypeError("start() needs exactly one of fails= and exempt=")
-    inject = kind in os.environ.get(FAULT_ENV, "").split(",")
-    thread = threading.Thread(target=_run, args=(name, target, args, fails, inject),
-                              name=name, daemon=daemon)
-    if started:
-        thread.start()
-    return thread
+    return name
 
 
 def _run(name: str, target: Callable[..., object], args: tuple[object, ...],

@@ -3,14 +3,17 @@
 A backend turns a :class:`JobSpec` into a running :class:`Job` on some cluster and
 reports its :class:`JobStatus`, delivering the run's secret to the job privately
 (:mod:`fiber.backend.secrets`); it subclasses :class:`Backend`, declares its settings
-as :class:`ConfigOption` objects and registers both through the hooks of
-:mod:`fiber.backend.hookspecs` (marked with :data:`hookimpl`). Those names, the errors
-below and the test suite :mod:`fiber.testing` are the whole contract: a plugin imports
-nothing else of fiber (the ``lint`` environment checks it).
+as :class:`ConfigOption` objects and declares both in a :class:`Plugin`, the data its
+entry point names (backend names to dotted paths, settings, and the version of this
+contract it implements, :data:`CONTRACT_VERSION`). Those names, the errors below,
+:func:`start_thread` (:func:`fiber.threads.start`: every thread a plugin starts, its
+kind declared in :data:`fiber.threads.KINDS`) and the test suite :mod:`fiber.testing`
+are the whole contract: a plugin imports nothing else of fiber (the ``lint``
+environment checks it).
 
 Inside fiber, the same package holds the machinery behind the contract: the plugin
 registry (:mod:`fiber.backend.registry`) and the built-in ``local`` backend
-(:mod:`fiber.backend.local`), which registers through the same hooks as any other.
+(:mod:`fiber.backend.local`), which registers the same way as any other.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
+from fiber.backend.plugin import CONTRACT_VERSION, Plugin
 from fiber.backend.resources import Resources, parse_walltime
 from fiber.backend.secrets import (
     SECRETS_FILE_ENV,
@@ -42,14 +46,17 @@ from fiber.errors import (
     BackendError,
     ClusterUnreachableError,
     ConfigError,
+    FiberThreadError,
     JobCreationError,
     TransientBackendError,
 )
+from fiber.threads import start as start_thread
 
 __all__ = [
-    "CAPABILITIES", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
-    "ConfigOption", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus",
+    "CAPABILITIES", "CONTRACT_VERSION", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
+    "ConfigOption", "FiberThreadError", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus", "Plugin",
     "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
+    "start_thread",
     "load_secrets", "parse_bool", "parse_list", "parse_memory",
     "parse_nonnegative_int", "parse_positive_float", "parse_positive_int",
     "read_secrets_file", "secrets_file_content", "write_secrets_file",

@@ -1,24 +1,25 @@
 """The hook specification of fiber: everything a backend plugin implements.
 
 A backend plugin is a small package with an entry point in the group ``fiber`` that
-names a module (or object) implementing some of the hooks below, marked with
-:data:`hookimpl`. For example, in the plugin's ``pyproject.toml``::
+names a :class:`fiber.backend.Plugin` object, its declaration as data. For example,
+in the plugin's ``pyproject.toml``::
 
     [project.entry-points.fiber]
-    mycluster = "fiber_mycluster.plugin"
+    mycluster = "fiber_mycluster.plugin:plugin"
 
 and in ``fiber_mycluster/plugin.py``::
 
-    from fiber.backend import ConfigOption, hookimpl
-    from .backend import MyClusterBackend
+    from fiber.backend import ConfigOption, Plugin
 
-    @hookimpl
-    def fiber_backends() -> dict[str, type[MyClusterBackend]]:
-        return {"mycluster": MyClusterBackend}
+    plugin = Plugin(
+        package="fiber-mycluster",
+        contract=1,
+        backends={"mycluster": "fiber_mycluster.backend:MyClusterBackend"},
+        options=[ConfigOption("mycluster_queue", str, "default", "queue to submit to")],
+    )
 
-    @hookimpl
-    def fiber_config_options() -> list[ConfigOption]:
-        return [ConfigOption("mycluster_queue", str, "default", "queue to submit to")]
+The registry calls the one hook below, ``fiber_plugin``, through pluggy; ``Plugin``
+implements it.
 
 The backend class implements :class:`fiber.backend.Backend` (create_job, status,
 terminate, and the attribute ``secrets_delivery``, which says how a job gets the run's
@@ -36,47 +37,40 @@ once (see :mod:`fiber.backend.base`).
 :mod:`fiber.testing.contract` is a test suite every backend runs against itself.
 
 A plugin module is imported by every fiber process that reads its settings, jobs
-included: keep it light, and import the cluster's client library only in the factory
-(as above). The built-in ``local`` backend (:mod:`fiber.backend.local`) registers
-through these same hooks.
+included: keep it light; the backend's module (and the cluster's client library) is
+imported by the registry from the dotted path, the first time the backend is used. The
+built-in ``local`` backend (:mod:`fiber.backend.local`) registers the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import pluggy
 
 from fiber.backend.base import Backend
-from fiber.backend.options import ConfigOption
+from fiber.backend.plugin import PROJECT_NAME, Plugin, hookimpl
 
-PROJECT_NAME = "fiber"
+__all__ = ["PROJECT_NAME", "BackendFactory", "Plugin", "fiber_plugin", "hookimpl",
+           "hookspec"]
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
-#: decorator for a plugin's hook implementations
-hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
 BackendFactory = Callable[[Mapping[str, Any]], Backend]
 
 
 @hookspec
-def fiber_backends() -> Mapping[str, BackendFactory]:
-    """Return the backends this plugin provides, as ``{name: factory}``.
+def fiber_plugin() -> Plugin:
+    """Return the plugin's declaration: its contract version, its backends (names to
+    dotted paths, imported when used) and its settings. :class:`fiber.backend.Plugin`
+    implements this hook itself: an entry point names a ``Plugin`` object and writes
+    no hook of its own.
 
-    ``factory(options)`` is called at most once per process, the first time the
-    backend is used, with the effective settings (a mapping of every declared option
-    name to its typed value); usually the factory is the :class:`Backend` subclass.
     Backend names are unique across plugins: a second plugin claiming a name is an
-    error that names both plugins.
+    error that names both plugins. The settings (``options``, :class:`ConfigOption`)
+    can be set by code, environment (``FIBER_<NAME>``) or ``.fiberconfig``, are parsed
+    and validated, and are shown by ``fiber config``; prefix their names with the
+    backend's name (``docker_network``, ``slurm_partition``).
     """
-    raise NotImplementedError  # a specification: pluggy calls the plugins' implementations
-
-
-@hookspec
-def fiber_config_options() -> Sequence[ConfigOption]:
-    """Return the settings this plugin reads, so that they can be set by code,
-    environment (``FIBER_<NAME>``) or ``.fiberconfig``, are parsed and validated,
-    and are shown by ``fiber config``. Prefix the names with the backend's name
-    (``docker_network``, ``slurm_partition``)."""
     raise NotImplementedError  # a specification: pluggy calls the plugins' implementations

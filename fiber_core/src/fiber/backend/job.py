@@ -9,8 +9,9 @@ backend author needs; none of them depends on the rest of fiber.
 from __future__ import annotations
 
 import enum
+import signal as signals
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from fiber.backend.resources import Resources
 
@@ -48,6 +49,47 @@ class JobStatus:
     @property
     def is_final(self) -> bool:
         return self.state.is_final
+
+    @staticmethod
+    def decode_exitcode(code: int | None,
+                        encoding: Literal["exitcode", "shell", "wait"] = "exitcode",
+                        ) -> int | None:
+        """``code`` as :attr:`exitcode` has it (negative: the killing signal), from
+        the way a cluster reports it: ``"exitcode"`` already so; ``"shell"`` as a
+        shell or container runtime does (``128 + N`` for death by signal N);
+        ``"wait"`` a wait(2) status (exit code in the high byte, signal in the low
+        seven bits)."""
+        if code is None or encoding == "exitcode":
+            return code
+        if encoding == "shell":
+            return -(code - 128) if 128 < code < 128 + signals.NSIG else code
+        if encoding == "wait":
+            return -(code & 0x7F) if code & 0x7F else (code >> 8) & 0xFF
+        raise ValueError(f"unknown exit code encoding {encoding!r}")
+
+    @classmethod
+    def from_exit(cls, exitcode: int | None = None, *, signal: int | None = None,
+                  encoding: Literal["exitcode", "shell", "wait"] = "exitcode",
+                  cancelled: bool = False, failed: bool = False,
+                  reason: str | None = None) -> JobStatus:
+        """The status of a job that has ended with ``exitcode`` (decoded from
+        ``encoding``, :meth:`decode_exitcode`) or was killed by ``signal``; ``None``
+        for both: ended, exit status unknown.
+
+        Exit code 0 is ``SUCCEEDED`` unless ``failed`` (the cluster says the job
+        failed although its process exited 0, e.g. killed for memory); anything else
+        is ``CANCELLED`` if ``cancelled`` (ended by terminate or by someone on the
+        cluster) and ``FAILED`` otherwise. ``reason`` defaults to the signal's name
+        (``"SIGKILL"``) for a job killed by a signal."""
+        code = -signal if signal else cls.decode_exitcode(exitcode, encoding)
+        if code == 0 and not failed:
+            return cls(JobState.SUCCEEDED, 0, reason)
+        if reason is None and code is not None and code < 0:
+            try:
+                reason = signals.Signals(-code).name
+            except ValueError:
+                reason = f"signal {-code}"
+        return cls(JobState.CANCELLED if cancelled else JobState.FAILED, code, reason)
 
 
 @dataclass

@@ -1,28 +1,34 @@
-"""Finding backends: the pluggy plugin manager, entry-point discovery and the
-per-process cache of backend instances.
+"""Finding backends: the pluggy plugin manager, entry-point discovery, the contract
+check and the per-process cache of backend instances.
 
-Loading the plugins imports each plugin's entry-point module (which declares its
-settings and backends and should import nothing heavy); a backend's factory, and so
-its cluster's client library, runs only when that backend is used."""
+Loading the plugins imports each plugin's entry point, a :class:`~fiber.backend.Plugin`
+declaration (which must import nothing heavy), and checks that each declares the
+contract version this fiber-core implements. The declarations are read through
+pluggy's hook calling (``pm.hook.fiber_plugin()``); a backend's dotted path is
+imported, and so its cluster's client library, only when that backend is used."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import logging
+import re
 import threading
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import pluggy
 
 from fiber.backend import hookspecs
 from fiber.backend.base import Backend
 from fiber.backend.options import ConfigOption
-from fiber.errors import BackendNotFoundError
+from fiber.backend.plugin import CONTRACT_VERSION, Plugin
+from fiber.errors import BackendNotFoundError, PluginContractError
 
-__all__ = ["BackendInfo", "BackendNotFoundError", "backends", "config_options",
-           "get_backend", "install_hint", "plugin_manager", "reset", "reset_instances"]
+__all__ = ["BackendInfo", "BackendNotFoundError", "PluginContractError", "backends",
+           "config_options", "get_backend", "install_hint", "plugin_manager",
+           "plugins", "reset", "reset_instances"]
 
 logger = logging.getLogger("fiber")
 
@@ -42,36 +48,134 @@ KNOWN_BACKEND_PACKAGES = {
 
 @dataclass(frozen=True)
 class BackendInfo:
+    """An installed backend: its ``name``, the dotted ``path`` of its factory and the
+    ``package`` (with its ``version``) that declares it."""
+
     name: str
-    factory: hookspecs.BackendFactory
+    path: str
     package: str
     version: str
+
+    def factory(self, options: Mapping[str, Any]) -> Backend:
+        """Import the factory named by :attr:`path` and call it with ``options``."""
+        module_name, _, attribute = self.path.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError) as exc:
+            raise BackendNotFoundError(
+                f"backend {self.name!r} of {self.package} {self.version} names "
+                f"{self.path!r}, which cannot be loaded ({type(exc).__name__}: {exc}); "
+                f"reinstall {self.package}") from exc
+        instance: Backend = target(options)
+        return instance
 
 
 _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
+_plugins: list[Plugin] | None = None
 _backends: dict[str, BackendInfo] | None = None
 _instances: dict[Hashable, Backend] = {}
+# the version of each entry point's distribution, by id of its Plugin object
+_versions: dict[int, str] = {}
 
 
 def plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, with every ``fiber`` entry point loaded."""
-    global _manager
+    """The process-wide plugin manager, with every ``fiber`` entry point loaded and
+    checked (:func:`plugins`)."""
+    global _manager, _plugins
     with _lock:
         if _manager is None:
             pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
             pm.add_hookspecs(hookspecs)
             pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-            _manager = pm
+            _check_hooks(pm)
+            declared = pm.hook.fiber_plugin()
+            for plugin in declared:
+                check_contract(plugin)
+            _versions.clear()
+            for plugin, dist in pm.list_plugin_distinfo():
+                _versions[id(plugin)] = dist.version
+            _manager, _plugins = pm, list(declared)
         return _manager
 
 
-def _package_of(plugin: object) -> tuple[str, str]:
-    pm = plugin_manager()
-    for plug, dist in pm.list_plugin_distinfo():
-        if plug is plugin:
-            return dist.project_name, dist.version
-    return getattr(plugin, "__name__", repr(plugin)), "?"
+def plugins() -> list[Plugin]:
+    """The declarations of every installed plugin (fiber-core's own included), as
+    pluggy's hook calling returned them."""
+    plugin_manager()
+    assert _plugins is not None
+    return list(_plugins)
+
+
+def _check_hooks(pm: pluggy.PluginManager) -> None:
+    """Every entry point is a plugin of this contract: it implements ``fiber_plugin``
+    and no hook the contract does not have (one written for an older fiber-core)."""
+    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+
+    def where(plugin: object) -> tuple[str, str]:
+        dist = dists.get(id(plugin))
+        package = dist.project_name if dist is not None else repr(plugin)
+        version = f" {dist.version}" if dist is not None else ""
+        return f"the entry point {pm.get_name(plugin)!r} of {package}{version}", package
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        text, package = where(exc.plugin)
+        raise PluginContractError(
+            f"{text} implements a hook that fiber-core {_core_version()} does not have "
+            f"({exc}): it was written for another version of fiber's plugin contract; "
+            f"{_what_it_needs(package, None)}") from None
+    implemented = {id(impl.plugin) for impl in pm.hook.fiber_plugin.get_hookimpls()}
+    for plugin in pm.get_plugins():
+        if id(plugin) not in implemented:
+            text, package = where(plugin)
+            raise PluginContractError(
+                f"{text} names {plugin!r}, which declares no fiber plugin (an entry "
+                f"point names a fiber.backend.Plugin object; this fiber-core implements "
+                f"contract version {CONTRACT_VERSION}): reinstall {package} if its "
+                f"installed metadata is older than its code; otherwise "
+                f"{_what_it_needs(package, None)}")
+
+
+def check_contract(plugin: Plugin) -> None:
+    """Raise :class:`PluginContractError` unless ``plugin`` implements the contract
+    version of this fiber-core, naming the fiber-core the plugin needs."""
+    if plugin.contract == CONTRACT_VERSION:
+        return
+    raise PluginContractError(
+        f"{plugin.package} {distribution_version(plugin.package)} implements version "
+        f"{plugin.contract!r} of fiber's plugin contract, and this fiber-core "
+        f"{_core_version()} implements version {CONTRACT_VERSION}: "
+        f"{_what_it_needs(plugin.package, plugin.contract)}")
+
+
+def _core_version() -> str:
+    from fiber._version import __version__
+
+    return __version__
+
+
+def _what_it_needs(package: str, contract: object) -> str:
+    """What to install: the fiber-core versions ``package`` pins in its metadata, else
+    a fiber-core implementing ``contract``."""
+    pins = []
+    try:
+        for requirement in importlib.metadata.requires(package) or ():
+            name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
+            if name.lower().replace("_", "-") == "fiber-core":
+                pins.append(requirement.split(";")[0].strip())
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    if pins:
+        return (f"install the fiber-core it needs ({', '.join(pins)}), or a version of "
+                f"{package} made for fiber-core {_core_version()}")
+    wanted = (f"a fiber-core whose fiber.backend.CONTRACT_VERSION is {contract!r}"
+              if contract is not None else "the fiber-core it was made for")
+    return (f"install {wanted}, or a version of {package} made for fiber-core "
+            f"{_core_version()}")
 
 
 def backends() -> dict[str, BackendInfo]:
@@ -80,29 +184,22 @@ def backends() -> dict[str, BackendInfo]:
     with _lock:
         if _backends is None:
             found: dict[str, BackendInfo] = {}
-            pm = plugin_manager()
-            for impl in pm.hook.fiber_backends.get_hookimpls():
-                package, version = _package_of(impl.plugin)
-                # the hookspec's return type (pluggy types an implementation's as object)
-                provided = cast("Mapping[str, hookspecs.BackendFactory] | None",
-                                impl.function()) or {}
-                for name, factory in provided.items():
+            for plugin in plugins():
+                version = _versions.get(id(plugin)) or distribution_version(plugin.package)
+                for name, path in plugin.backends.items():
                     if name in found:
                         raise BackendNotFoundError(
                             f"backend {name!r} is provided twice, by {found[name].package} and "
-                            f"by {package}: uninstall one of them"
+                            f"by {plugin.package}: uninstall one of them"
                         )
-                    found[name] = BackendInfo(name, factory, package, version)
+                    found[name] = BackendInfo(name, path, plugin.package, version)
             _backends = found
         return _backends
 
 
 def config_options() -> list[ConfigOption]:
     """The settings declared by every installed plugin (the core's included)."""
-    options: list[ConfigOption] = []
-    for group in plugin_manager().hook.fiber_config_options():
-        options.extend(group or ())
-    return options
+    return [option for plugin in plugins() for option in plugin.options]
 
 
 def get_backend(name: str, options: Mapping[str, Any],
@@ -159,10 +256,11 @@ def reset_instances() -> None:
 
 def reset() -> None:
     """Forget discovered plugins and backend instances (for tests)."""
-    global _manager, _backends
+    global _manager, _plugins, _backends
     with _lock:
         reset_instances()
         _manager = None
+        _plugins = None
         _backends = None
 
 

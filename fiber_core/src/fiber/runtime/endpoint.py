@@ -17,6 +17,7 @@ children hold tells the parent), unless the child registers or closes it before.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import weakref
@@ -27,6 +28,8 @@ from fiber import threads
 from fiber.runtime.mailbox import encode, parse_owner
 from fiber.wire import shm, transport
 from fiber.wire.protocol import MailboxOp
+
+logger = logging.getLogger("fiber")
 
 # A remote wait with a timeout is timed out by the owner; this much longer the
 # caller waits for the owner's answer before it calls the connection lost.
@@ -78,20 +81,34 @@ def _after_fork_in_parent() -> None:
     read_end, write_end = _fork_pipe
     _fork_pipe = None
     os.close(write_end)
-    threads.start("fiber-fork-holds", _release_when_gone, read_end, releases,
-                  exempt="it only frees, late, what a forked child held; its death is logged")
+    fd = [read_end]  # (closed once, by whichever of the two below runs first)
+    threads.start("fiber-fork-holds", _release_when_gone, fd, releases,
+                  fails=lambda error: _release_now(fd, releases))
 
 
-def _release_when_gone(read_end: int, releases: list[Callable[[], None]]) -> None:
+def _release_when_gone(fd: list[int], releases: list[Callable[[], None]]) -> None:
     try:
-        while os.read(read_end, 1):  # EOF: every holder of the write end has exited
+        while os.read(fd[0], 1):  # EOF: every holder of the write end has exited
             pass
     except OSError:
         pass
     finally:
-        os.close(read_end)
+        os.close(fd.pop())
     for release in releases:
         release()
+
+
+def _release_now(fd: list[int], releases: list[Callable[[], None]]) -> None:
+    """The thread waiting for the forked children died: free what they held now
+    (a pipe's other end may then see EOF while a forked child could still write,
+    rather than never: its ``recv()`` would wait for ever)."""
+    if fd:
+        os.close(fd.pop())
+    for release in releases:
+        try:
+            release()
+        except Exception:  # noqa: BLE001 - the others are freed all the same
+            logger.exception("freeing what a forked child held failed")
 
 
 def _after_fork_in_child() -> None:

@@ -25,6 +25,7 @@ import weakref
 from collections.abc import Callable
 
 from fiber import util
+from fiber.errors import FiberThreadError
 from fiber.wire import serialization, shm, transport
 from fiber.wire.protocol import MAILBOX_HEADER as _HEADER
 from fiber.wire.protocol import MailboxOp as Op
@@ -223,6 +224,26 @@ class Mailbox:
     def _full(self) -> bool:
         return bool(self.maxsize) and len(self.items) >= self.maxsize
 
+    def _deadline(self, timeout: float, waiter: _Waiter, request: transport.Request,
+                  reply: bytes) -> None:
+        """Answer ``reply`` to ``waiter``'s ``request`` in ``timeout`` seconds unless
+        answered before; if the hub's timer thread has died, or dies meanwhile, the
+        request fails with its error (the caller's get/put raises it: a timeout that
+        cannot be kept is never an answer that comes late or never)."""
+        try:
+            self.hub.call_later(timeout, lambda: self._expire(waiter, request, reply),
+                                lambda error: self._fail(waiter, request, error))
+        except FiberThreadError as error:
+            self._fail(waiter, request, error)
+
+    def _fail(self, waiter: _Waiter, request: transport.Request,
+              error: FiberThreadError) -> None:
+        with self.lock:
+            if waiter.done:
+                return
+            waiter.done = True
+        request.reply(serialization.pack_exception(error), transport.ERROR)
+
     def _expire(self, waiter: _Waiter, request: transport.Request, reply: bytes) -> None:
         with self.lock:
             if waiter.done:
@@ -328,7 +349,7 @@ class Mailbox:
                     waiter = _Waiter(request, host=host)
                     self._getters.append(waiter)
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, EMPTY))
+                        self._deadline(timeout, waiter, request, EMPTY)
             elif op == Op.PUT or op == Op.PUT_SHARED:  # Q: the item is shared (a descriptor)
                 item = Shared(data) if op == Op.PUT_SHARED else bytes(data)
                 if self.reader_closed:
@@ -342,7 +363,7 @@ class Mailbox:
                     waiter = _Waiter(request, item)
                     self._putters.append(waiter)
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, FULL))
+                        self._deadline(timeout, waiter, request, FULL)
             elif op == Op.POLL:  # poll: is there something to read?
                 if self.items or self.closed or timeout == 0:
                     request.reply(ITEM if (self.items or self.closed) else EMPTY)
@@ -350,7 +371,7 @@ class Mailbox:
                     waiter = _Waiter(request)
                     self._pollers.append(waiter)  # polls do not take items
                     if timeout is not None:
-                        self.hub.call_later(timeout, lambda: self._expire(waiter, request, EMPTY))
+                        self._deadline(timeout, waiter, request, EMPTY)
             elif op == Op.SIZE:
                 request.reply(str(len(self.items)).encode())
             elif op == Op.OWNER:  # may the writer put shared-memory items?

@@ -1,7 +1,9 @@
-"""The parent's side of one job-backed process: creating its job, the control
-channel its bootstrap talks to, heartbeats, and turning the job's end into an exit
+"""The parent's side of one job-backed process (:class:`JobPopen`): creating its job,
+following it through its control channel (:mod:`fiber.runtime.control`: hello,
+heartbeats, output) and its backend's statuses, and turning the job's end into an exit
 code. The counterpart of multiprocessing's Popen classes (poll, wait, terminate,
-kill, sentinel); the child's side is :mod:`fiber.runtime.bootstrap`.
+kill, sentinel); the child's side is :mod:`fiber.runtime.bootstrap`. Ending many
+processes at once, and freeing their jobs at exit, is :mod:`fiber.runtime.teardown`'s.
 """
 
 from __future__ import annotations
@@ -12,53 +14,23 @@ import os
 import pickle
 import re
 import signal
-import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any, Protocol
 
-from fiber import threads as fiber_threads
 from fiber.backend import Resources, secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
-from fiber.runtime import config, popen_payload, retry, run, submit, teardown
-from fiber.runtime.monitor import in_outage, monitor_for
+from fiber.runtime import config, popen_payload, retry, run, submit, teardown, tracebacks
+from fiber.runtime.control import ControlChannel
+from fiber.runtime.monitor import monitor_for
 from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
-from fiber.wire import auth, protocol, serialization, transport
-from fiber.wire.protocol import Control
+from fiber.wire import auth, serialization
 
 logger = logging.getLogger("fiber")
-
-_printed_tracebacks: set[str] = set()
-_printed_lock = threading.Lock()
-
-
-_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(: |$)")
-
-
-def _exception_line(text: str) -> str:
-    """The first line of the exception a formatted traceback ends with."""
-    lines = [line for line in text.splitlines() if _EXCEPTION_LINE.match(line)]
-    return lines[-1] if lines else (text.splitlines() or ["(no traceback)"])[-1]
-
-
-def _print_job_traceback(text: str) -> None:
-    """Print the traceback of a job that failed while preparing, as a spawned
-    multiprocessing child prints its own, on the parent's stderr (where the job's
-    output goes), once per distinct text: the workers of a pool that cannot start
-    fail alike, and one copy says it all."""
-    with _printed_lock:
-        if text in _printed_tracebacks:
-            return
-        _printed_tracebacks.add(text)
-    try:
-        sys.stderr.write(f"{text}\n")
-        sys.stderr.flush()
-    except (OSError, ValueError):  # stderr closed: the error still carries it
-        pass
 
 LOG_TAIL = 4000
 
@@ -111,84 +83,6 @@ class ProcessObject(Protocol):
 
     @property
     def name(self) -> str: ...
-
-
-class ControlChannel:
-    """Requests from one child's bootstrap: hello, output, heartbeat, exit, and
-    failed (it could not prepare the process: the traceback)."""
-
-    def __init__(self, popen: JobPopen) -> None:
-        self.popen = popen
-        self.peer: int | None = None
-        self._watch: transport.Request | None = None
-        self._end: bytes | None = None  # ask_to_end(): what the next heartbeat answers
-        self._end_lock = threading.Lock()
-        self.last_seen = time.monotonic()
-
-    def handle(self, request: transport.Request, payload: memoryview) -> None:
-        op = bytes(payload[:1])
-        body = payload[1:]
-        popen = self.popen
-        self.last_seen = time.monotonic()
-        if op == Control.OUTPUT:
-            popen.write_output(bytes(body[:1]), bytes(body[1:]).decode("utf-8", "replace"))
-            request.reply(b"")
-        elif op == Control.WATCH:
-            previous, self._watch = self._watch, request
-            if previous is not None:
-                previous.reply(b"")
-            if self._end is not None:
-                self._send_end()
-                return
-            popen.hub.call_later(popen.heartbeat_interval, lambda: self._beat(request))
-        elif op == Control.HELLO:
-            if self.peer is not None:
-                request.reply(b"this process is already running", transport.ERROR)
-                return
-            hello = protocol.parse_hello(body)
-            different = protocol.mismatch(hello)
-            if different is not None:
-                popen.wrong_version(different)
-                request.reply(f"refused by the parent: {different}".encode(), transport.ERROR)
-                return
-            self.peer = request.peer
-            popen.connected(int(hello["pid"]), str(hello["host"]))
-            request.reply(popen.bundle)
-            popen.bundle = b""
-        elif op == Control.EXIT:
-            popen.exit_reported = int(pickle.loads(body))
-            request.reply(b"")
-        elif op == Control.FAILED:
-            popen.failed_to_prepare(bytes(body).decode("utf-8", "replace"))
-            request.reply(b"")
-        else:
-            request.reply(b"unknown control request", transport.ERROR)
-
-    def ask_to_end(self, force: bool) -> None:
-        """Ask the connected job to signal itself (SIGKILL with ``force``, else
-        SIGTERM) through its parked heartbeat: it ends at once, whatever its cluster
-        manager is doing."""
-        self._end = Control.END_KILL if force else Control.END_TERM
-        self.popen.hub.call_later(0, self._send_end)
-
-    def _send_end(self) -> None:
-        with self._end_lock:
-            watch, end = self._watch, self._end
-            if watch is None or end is None:
-                return  # sent at the job's next heartbeat
-            self._watch = self._end = None
-        self.popen.asked_to_end = -(signal.SIGKILL if end == Control.END_KILL
-                                    else signal.SIGTERM)
-        watch.reply(end)
-
-    def _beat(self, request: transport.Request) -> None:
-        if self._watch is request:
-            self._watch = None
-            request.reply(b"")
-
-    def peer_gone(self, peer: int) -> None:
-        if peer == self.peer:
-            self.popen.connection_lost()
 
 
 class JobPopen:
@@ -248,8 +142,7 @@ class JobPopen:
             self.hub.remove_channel(self.cid)
             release_transit(self._transit)
             raise
-        with _unreleased_lock:
-            _unreleased.add(self)
+        teardown.hold(self)  # until its backend has freed it (release())
         self.host = self.job.host
         if self.job.pid is not None and self.pid is None:  # (it may have said hello)
             self.pid = self.job.pid
@@ -302,8 +195,8 @@ class JobPopen:
         the main module, unpickling the process object); it exits next."""
         job_id = self._job_id()
         text = text.rstrip()
-        last = _exception_line(text)
-        _print_job_traceback(text)
+        last = tracebacks.exception_line(text)
+        tracebacks.print_once(text)
         self.start_error = ProcessStartError(
             f"{self.process_name}: its {self.backend.name} job {job_id} failed while "
             "preparing to run the process (importing the parent's __main__ module, "
@@ -392,7 +285,7 @@ class JobPopen:
                 else:
                     logger.error("%s", self.start_error)
             self._finish(code)
-        self._release()
+        self.release()
 
     def _trusted_over(self, status: JobStatus) -> bool:
         """A job the cluster says is gone (LOST: it has no record of it, e.g. a
@@ -443,7 +336,9 @@ class JobPopen:
                 return
         callback()
 
-    def _release(self) -> None:
+    def release(self) -> None:
+        """Ask the backend to free the job (its container, pod, log file): once its
+        final status came, or at exit (:func:`fiber.runtime.teardown.release_all`)."""
         with self._lock:
             if self._released:
                 return
@@ -453,9 +348,7 @@ class JobPopen:
         except Exception:  # noqa: BLE001
             logger.warning("releasing job %s failed", self.job.id, exc_info=True)
         finally:
-            with _unreleased_lock:
-                _unreleased.discard(self)
-                _unreleased_lock.notify_all()
+            teardown.released(self)
 
     def write_output(self, stream: bytes, text: str) -> None:
         self.output.write(stream, text)
@@ -479,6 +372,29 @@ class JobPopen:
     def has_ended(self) -> bool:
         """Whether the job's end is known (for :mod:`fiber.runtime.teardown`)."""
         return self._done.is_set()
+
+    # -- for the group ending (fiber.runtime.teardown) ---------------------------------
+    def has_job(self) -> bool:
+        """Whether its job exists (its creation has returned)."""
+        return getattr(self, "job", None) is not None
+
+    @property
+    def is_connected(self) -> bool:
+        """Whether the job has said hello (it stays connected in this sense after)."""
+        return self._connected
+
+    def mark_ending(self) -> None:
+        """Its end was asked for (by terminate(), kill() or the group it belongs to): a
+        job that ends before it connected has not failed to start."""
+        self._ending = True
+
+    def tell_to_end(self, force: bool) -> None:
+        """:meth:`mark_ending`, and a connected job is told to signal itself (SIGKILL
+        with ``force``, else SIGTERM) over its own connection; the backend is not asked
+        (the caller asks it, for many jobs at once)."""
+        self.mark_ending()
+        if self._connected:
+            self.channel.ask_to_end(force)
 
     def terminate(self) -> None:
         self._end(False)
@@ -539,118 +455,3 @@ class JobPopen:
 
 # backends whose cluster said LOST of a job that was alive (warned once per backend)
 _distrusted: set[str] = set()
-
-# Jobs whose cluster resources (a container, a pod, a log file) are not freed yet: a
-# job is freed once the backend reports its final status, which may come after the
-# process was joined. At exit, fiber waits a little for those, then frees the rest.
-_unreleased: set[JobPopen] = set()
-_unreleased_lock = threading.Condition()
-RELEASE_AT_EXIT_TIMEOUT = 10.0
-
-
-def end_processes(processes: Iterable[Any], force: bool = False,
-                  wait: float = teardown.END_WAIT) -> None:
-    """End the jobs of many started processes at once (a pool's workers): one
-    :meth:`Backend.terminate_jobs` call per backend, waited for at most ``wait``
-    seconds; a cluster that does not answer is asked again in the background
-    (:mod:`fiber.runtime.teardown`)."""
-    popens = []
-    for proc in processes:
-        p = _job_popen(proc)
-        if p is not None:
-            if hasattr(p, "job") and not p.has_ended():  # (job: once create_job returned)
-                p._ending = True
-                if p._connected:
-                    p.channel.ask_to_end(force)
-                popens.append(p)
-            continue
-        try:  # not a job (a test's stand-in): its own methods
-            proc.kill() if force else proc.terminate()
-        except Exception:  # noqa: BLE001 - not started, or already gone
-            pass
-    teardown.end_jobs(popens, force, wait)
-
-
-def _job_popen(proc: Any) -> JobPopen | None:
-    p = getattr(proc, "_popen", None)
-    return p if isinstance(p, JobPopen) else None
-
-
-def _running(proc: Any) -> bool:
-    p = _job_popen(proc)
-    if p is not None:
-        return not p.has_ended()
-    try:
-        return proc.exitcode is None
-    except Exception:  # noqa: BLE001 - never started, or closed
-        return False
-
-
-def _may_end_soon(proc: Any) -> bool:
-    """Whether waiting for ``proc`` can help: it is connected (told to end over its
-    own connection), or its cluster manager answers."""
-    p = _job_popen(proc)
-    return p is None or p._connected or not in_outage(p.backend)
-
-
-def end_and_wait(processes: Iterable[Any], wait: float) -> list[Any]:
-    """End ``processes`` (SIGTERM-like), wait up to ``wait`` seconds for them, force
-    the end of those still running and wait as long again; the ones still running
-    (their cluster does not answer: :mod:`fiber.runtime.teardown` keeps trying). The
-    waits stop early when nothing left can end (not connected, cluster down)."""
-    left = [proc for proc in processes if _running(proc)]
-    for force in (False, True):
-        if not left:
-            break
-        end_processes(left, force=force)
-        deadline = time.monotonic() + wait
-        while True:
-            left = [proc for proc in left if _running(proc)]
-            waiting = [proc for proc in left if _may_end_soon(proc)]
-            remaining = deadline - time.monotonic()
-            if not waiting or remaining <= 0:
-                break
-            p = _job_popen(waiting[0])
-            if p is not None:
-                p._done.wait(min(0.05, remaining))
-            else:
-                time.sleep(min(0.05, remaining))
-    return left
-
-
-def release_all(timeout: float = RELEASE_AT_EXIT_TIMEOUT) -> None:
-    """Wait up to ``timeout`` seconds for every job of this process to be freed by its
-    backend (not while the backend's cluster does not answer), then end and free
-    those that are left (so an exiting program leaves no container, pod or job
-    behind), and say which jobs could not be ended."""
-    deadline = time.monotonic() + timeout
-    with _unreleased_lock:
-        while _unreleased and time.monotonic() < deadline:
-            if all(in_outage(p.backend) for p in _unreleased):
-                break  # no final status comes while the cluster does not answer
-            _unreleased_lock.wait(min(0.5, deadline - time.monotonic()))
-        left = list(_unreleased)
-    if left:
-        for popen in left:
-            logger.debug("ending job %s at exit (no final status yet)", popen.job.id)
-            popen._ending = True
-        teardown.end_jobs(left, force=True)
-        _release_many(left, teardown.END_WAIT)
-    teardown.report_at_exit()
-    # (each wait above stops early for a backend whose cluster does not answer)
-
-
-def _release_many(popens: list[JobPopen], wait: float) -> None:
-    """Free ``popens``' jobs concurrently, waiting at most ``wait`` seconds (a cluster
-    that does not answer holds a daemon thread, not the exit)."""
-    threads = [fiber_threads.start(
-        "fiber-release", p._release,
-        exempt="at exit, after the job was told to end; report_at_exit names what is left")
-        for p in popens]
-    deadline = time.monotonic() + wait
-    for thread, p in zip(threads, popens, strict=True):
-        while thread.is_alive() and not in_outage(p.backend):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            thread.join(min(0.05, remaining))

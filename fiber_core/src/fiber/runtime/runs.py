@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from fiber import util
-from fiber.backend.local.records import private_directory, start_time
+from fiber.host import private_directory, start_time
 
 __all__ = ["LIVE", "ENDED", "UNKNOWN", "RunRecord", "directory", "forget", "read_all",
            "register", "state"]

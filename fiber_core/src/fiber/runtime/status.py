@@ -43,8 +43,8 @@ from typing import Any
 
 from fiber import threads, util
 from fiber._version import __version__
-from fiber.backend.local.records import check_private, start_time
 from fiber.errors import NotPrivateError
+from fiber.host import check_private, start_time
 from fiber.runtime import config
 from fiber.runtime import run as run_module
 from fiber.wire import transport

@@ -11,6 +11,14 @@ backing off from :data:`RETRY_FIRST` to :data:`RETRY_LONGEST` seconds, until eac
 has ended (its final status came) or the program exits. At exit,
 :func:`report_at_exit` makes one last bounded attempt and logs a warning that lists
 the jobs it could not end, with the command that ends them later (``fiber clean``).
+
+The processes of a pool, or the daemonic children of an exiting program, are ended
+together by :func:`end_processes` and :func:`end_and_wait` (SIGTERM, a bounded wait,
+then SIGKILL), through the public methods of their
+:class:`~fiber.runtime.popen.JobPopen` (:class:`JobHandle`). A job whose cluster
+resources (a container, a pod, a log file) are not freed yet is *held* here
+(:func:`hold`, :func:`released`) until its backend has freed it; at exit
+:func:`release_all` waits a little for those, then ends and frees the rest.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 from fiber import threads as fiber_threads
 from fiber.backend import Backend
@@ -35,7 +43,9 @@ END_WAIT = 3.0
 RETRY_FIRST = 1.0
 RETRY_LONGEST = 15.0
 
-__all__ = ["END_WAIT", "Endable", "end_jobs", "left_running", "pending", "report_at_exit"]
+__all__ = ["END_WAIT", "RELEASE_AT_EXIT_TIMEOUT", "Endable", "JobHandle", "end_and_wait",
+           "end_jobs", "end_processes", "hold", "left_running", "pending", "release_all",
+           "released", "report_at_exit"]
 
 
 class Endable(Protocol):
@@ -260,3 +270,151 @@ def report_at_exit(wait: float = END_WAIT) -> None:
             "their end (%s): %s. `fiber clean` (with FIBER_BACKEND=%s) ends them once "
             "the cluster answers.", len(group), backend.name, why,
             ", ".join(item.job.id for item in group), backend.name)
+
+
+# -- the processes of a program ---------------------------------------------------------
+class JobHandle(Endable, Protocol):
+    """A started process's job as the group ending uses it: a JobPopen's public
+    methods."""
+
+    @property
+    def is_connected(self) -> bool: ...
+
+    def has_job(self) -> bool: ...
+
+    def mark_ending(self) -> None: ...
+
+    def tell_to_end(self, force: bool) -> None: ...
+
+    def wait(self, timeout: float | None = None) -> int | None: ...
+
+    def release(self) -> None: ...
+
+
+# Jobs whose cluster resources (a container, a pod, a log file) are not freed yet: a
+# job is freed once the backend reports its final status, which may come after the
+# process was joined. At exit, fiber waits a little for those, then frees the rest.
+_unreleased: set[JobHandle] = set()
+_unreleased_lock = threading.Condition()
+#: seconds :func:`release_all` waits for the backends to free the jobs at exit
+RELEASE_AT_EXIT_TIMEOUT = 10.0
+
+
+def hold(job: JobHandle) -> None:
+    """``job`` was created: its cluster resources are to be freed (:func:`released`)."""
+    with _unreleased_lock:
+        _unreleased.add(job)
+
+
+def released(job: JobHandle) -> None:
+    """``job``'s backend was asked to free it."""
+    with _unreleased_lock:
+        _unreleased.discard(job)
+        _unreleased_lock.notify_all()
+
+
+def _job_of(proc: Any) -> JobHandle | None:
+    """The job of a started process (its JobPopen), or None: not started, or not a
+    job (a test's stand-in)."""
+    p = getattr(proc, "_popen", None)
+    return p if callable(getattr(p, "tell_to_end", None)) else None
+
+
+def end_processes(processes: Iterable[Any], force: bool = False,
+                  wait: float = END_WAIT) -> None:
+    """End the jobs of many started processes at once (a pool's workers): one
+    :meth:`Backend.terminate_jobs` call per backend, waited for at most ``wait``
+    seconds; a cluster that does not answer is asked again in the background."""
+    handles = []
+    for proc in processes:
+        p = _job_of(proc)
+        if p is not None:
+            if p.has_job() and not p.has_ended():
+                p.tell_to_end(force)
+                handles.append(p)
+            continue
+        try:  # not a job (a test's stand-in): its own methods
+            proc.kill() if force else proc.terminate()
+        except Exception:  # noqa: BLE001 - not started, or already gone
+            pass
+    end_jobs(handles, force, wait)
+
+
+def _running(proc: Any) -> bool:
+    p = _job_of(proc)
+    if p is not None:
+        return not p.has_ended()
+    try:
+        return proc.exitcode is None
+    except Exception:  # noqa: BLE001 - never started, or closed
+        return False
+
+
+def _may_end_soon(proc: Any) -> bool:
+    """Whether waiting for ``proc`` can help: it is connected (told to end over its
+    own connection), or its cluster manager answers."""
+    p = _job_of(proc)
+    return p is None or p.is_connected or not in_outage(p.backend)
+
+
+def end_and_wait(processes: Iterable[Any], wait: float) -> list[Any]:
+    """End ``processes`` (SIGTERM-like), wait up to ``wait`` seconds for them, force
+    the end of those still running and wait as long again; the ones still running
+    (their cluster does not answer: the reaper keeps trying). The waits stop early
+    when nothing left can end (not connected, cluster down)."""
+    left = [proc for proc in processes if _running(proc)]
+    for force in (False, True):
+        if not left:
+            break
+        end_processes(left, force=force)
+        deadline = time.monotonic() + wait
+        while True:
+            left = [proc for proc in left if _running(proc)]
+            waiting = [proc for proc in left if _may_end_soon(proc)]
+            remaining = deadline - time.monotonic()
+            if not waiting or remaining <= 0:
+                break
+            p = _job_of(waiting[0])
+            if p is not None:
+                p.wait(min(0.05, remaining))
+            else:
+                time.sleep(min(0.05, remaining))
+    return left
+
+
+def release_all(timeout: float = RELEASE_AT_EXIT_TIMEOUT) -> None:
+    """Wait up to ``timeout`` seconds for every job of this process to be freed by its
+    backend (not while the backend's cluster does not answer), then end and free
+    those that are left (so an exiting program leaves no container, pod or job
+    behind), and say which jobs could not be ended."""
+    deadline = time.monotonic() + timeout
+    with _unreleased_lock:
+        while _unreleased and time.monotonic() < deadline:
+            if all(in_outage(p.backend) for p in _unreleased):
+                break  # no final status comes while the cluster does not answer
+            _unreleased_lock.wait(min(0.5, deadline - time.monotonic()))
+        left = list(_unreleased)
+    if left:
+        for p in left:
+            logger.debug("ending job %s at exit (no final status yet)", p.job.id)
+            p.mark_ending()
+        end_jobs(left, force=True)
+        _release_many(left, END_WAIT)
+    report_at_exit()
+    # (each wait above stops early for a backend whose cluster does not answer)
+
+
+def _release_many(handles: list[JobHandle], wait: float) -> None:
+    """Free ``handles``' jobs concurrently, waiting at most ``wait`` seconds (a
+    cluster that does not answer holds a daemon thread, not the exit)."""
+    threads = [fiber_threads.start(
+        "fiber-release", p.release,
+        exempt="at exit, after the job was told to end; report_at_exit names what is left")
+        for p in handles]
+    deadline = time.monotonic() + wait
+    for thread, p in zip(threads, handles, strict=True):
+        while thread.is_alive() and not in_outage(p.backend):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            thread.join(min(0.05, remaining))

@@ -99,7 +99,7 @@ def _end_fiber_jobs() -> None:
     leftovers, in ``fiber_cluster``, sees only what fiber really left."""
     from fiber.backend import registry
     from fiber.process import active_children
-    from fiber.runtime.popen import release_all
+    from fiber.runtime.teardown import release_all
 
     for child in active_children():
         try:

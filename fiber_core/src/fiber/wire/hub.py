@@ -32,6 +32,8 @@ from collections.abc import Callable
 
 import pynng
 
+from fiber import threads
+from fiber.errors import FiberThreadError
 from fiber.wire import auth
 from fiber.wire.channel import Channel, Request
 from fiber.wire.gate import RateLimitedLog
@@ -123,8 +125,9 @@ class Hub:
         self.host = host
         self.address = f"tcp://{bracketed}:{port}"
         self._closed = False
-        self._thread = threading.Thread(target=self._serve, name="fiber-hub", daemon=True)
-        self._thread.start()
+        #: why the nng side stopped (its thread died), or None
+        self.nng_failure: FiberThreadError | None = None
+        self._thread = threads.start("fiber-hub", self._serve, fails=self._serve_died)
         logger.debug("hub listening on %s", self.address)
 
     # -- channels -------------------------------------------------------------------
@@ -146,9 +149,11 @@ class Hub:
             self._channels.pop(channel_id, None)
             self._stream_channels.discard(channel_id)
 
-    def call_later(self, delay: float, fn: Callable[[], None]) -> None:
-        """Run ``fn()`` on the hub's timer thread in ``delay`` seconds."""
-        self.timers.call_later(delay, fn)
+    def call_later(self, delay: float, fn: Callable[[], None],
+                   failed: Callable[[FiberThreadError], None] | None = None) -> None:
+        """Run ``fn()`` on the hub's timer thread in ``delay`` seconds (``failed(error)``
+        instead if that thread dies first: :meth:`~fiber.wire.timers.Timers.call_at`)."""
+        self.timers.call_later(delay, fn, failed)
 
     def dispatch(self, request: Request, data: bytes, stream: bool = False) -> None:
         """Hand an authenticated request to its channel (on the thread of its wire)."""
@@ -215,7 +220,14 @@ class Hub:
                                  "longest in its handshake: more than %d connections were "
                                  "authenticating at once", self.address, NNG_MAX_PENDING)
             self._close_pipe(oldest)
-        self.timers.call_later(AUTH_TIMEOUT, lambda: self._expire(pipe.id))
+        try:
+            self.timers.call_later(AUTH_TIMEOUT, lambda: self._expire(pipe.id),
+                                   lambda error: None)  # (as below)
+        except FiberThreadError:
+            # no deadline can be kept (the timer thread died, logged): the connection
+            # is served anyway, its requests with timeouts then fail naming the thread;
+            # a stranger stays bounded by the cap on connections authenticating
+            pass
 
     def _expire(self, pipe_id: int) -> None:
         with self._lock:
@@ -241,7 +253,9 @@ class Hub:
     @staticmethod
     def _close_pipe(pipe: pynng.Pipe) -> None:
         # closing from an nng callback thread can deadlock; do it on a thread of ours
-        threading.Thread(target=lambda: quiet(pipe.close), daemon=True).start()
+        threads.start("fiber-pipe-close", quiet, pipe.close,
+                      exempt="its death costs only the closing of one connection that was "
+                             "refused, evicted or timed out (logged)")
 
     def _authenticate(self, request: NngRequest, pipe: pynng.Pipe, data: bytes) -> None:
         with self._lock:
@@ -264,6 +278,15 @@ class Hub:
         request.reply(reply[1:], reply[:1])
         if state.refused is not None:
             self._close_pipe(pipe)
+
+    def _serve_died(self, error: FiberThreadError) -> None:
+        """Nobody receives the nng socket's messages any more: close it, so that its
+        clients' requests fail at once (``ConnectionLostError``) instead of waiting
+        for a reply nobody sends; the stream wire goes on."""
+        self.nng_failure = error
+        logger.error("the hub at %s no longer serves its nng connections: %s",
+                     self.address, error)
+        close_all(self._contexts, self._sock)
 
     def _serve(self) -> None:
         sock = self._sock

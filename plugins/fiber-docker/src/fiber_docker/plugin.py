@@ -21,19 +21,15 @@ The core's ``image``, ``cpu``, ``memory`` and ``gpu`` settings apply too.
 Every fiber process imports this module when it reads its settings (jobs of any backend
 included), so it imports only fiber's contract and the light parser module
 :mod:`fiber_docker.volumes`; the backend, and the Docker client library with it, is
-imported by the factory, the first time the ``docker`` backend is used.
+imported by fiber's registry from the dotted path of :data:`plugin`, the first time the
+``docker`` backend is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from fiber.backend import (
-    Backend,
-    BackendFactory,
     ConfigOption,
-    hookimpl,
+    Plugin,
     parse_bool,
     parse_positive_int,
 )
@@ -60,19 +56,9 @@ OPTIONS = [
 ]
 
 
-def create_backend(options: Mapping[str, Any]) -> Backend:
-    """The factory of the ``docker`` backend: a :class:`~fiber_docker.backend.DockerBackend`."""
-    # lazy for start-up time: docker (and requests, urllib3) only where the backend is used
-    from fiber_docker.backend import DockerBackend
-
-    return DockerBackend(options)
-
-
-@hookimpl
-def fiber_backends() -> dict[str, BackendFactory]:
-    return {"docker": create_backend}
-
-
-@hookimpl
-def fiber_config_options() -> list[ConfigOption]:
-    return OPTIONS
+plugin = Plugin(
+    package="fiber-docker",
+    contract=1,  # the version of fiber's plugin contract this package implements
+    backends={"docker": "fiber_docker.backend:DockerBackend"},
+    options=OPTIONS,
+)

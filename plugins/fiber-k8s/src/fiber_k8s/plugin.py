@@ -5,20 +5,15 @@ Every setting is prefixed ``kubernetes_`` (environment ``FIBER_KUBERNETES_*``).
 Every fiber process imports this module when it reads its settings (jobs of any backend
 included), so it imports only fiber's contract and the light parser modules
 :mod:`fiber_k8s.settings` and :mod:`fiber_k8s.resources`; the backend, and the
-Kubernetes client library with it, is imported by the factory, the first time the
-``kubernetes`` backend is used.
+Kubernetes client library with it, is imported by fiber's registry from the dotted path
+of :data:`plugin`, the first time the ``kubernetes`` backend is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from fiber.backend import (
-    Backend,
-    BackendFactory,
     ConfigOption,
-    hookimpl,
+    Plugin,
     parse_bool,
     parse_list,
     parse_positive_float,
@@ -74,20 +69,9 @@ OPTIONS = [
 ]
 
 
-def create_backend(options: Mapping[str, Any]) -> Backend:
-    """The factory of the ``kubernetes`` backend: a
-    :class:`~fiber_k8s.backend.KubernetesBackend`."""
-    # lazy for start-up time: the kubernetes client only where the backend is used
-    from fiber_k8s.backend import KubernetesBackend
-
-    return KubernetesBackend(options)
-
-
-@hookimpl
-def fiber_backends() -> dict[str, BackendFactory]:
-    return {"kubernetes": create_backend}
-
-
-@hookimpl
-def fiber_config_options() -> list[ConfigOption]:
-    return OPTIONS
+plugin = Plugin(
+    package="fiber-k8s",
+    contract=1,  # the version of fiber's plugin contract this package implements
+    backends={"kubernetes": "fiber_k8s.backend:KubernetesBackend"},
+    options=OPTIONS,
+)

@@ -10,7 +10,6 @@ pull fail it after ``pull_timeout`` seconds.
 
 from __future__ import annotations
 
-import signal
 from typing import Any
 
 from fiber.backend import JobState, JobStatus
@@ -19,19 +18,6 @@ CONTAINER = "job"
 #: waiting reasons that will not go away by themselves
 FATAL_WAITING = {"ErrImageNeverPull", "InvalidImageName", "CreateContainerConfigError"}
 PULL_WAITING = {"ErrImagePull", "ImagePullBackOff", "RegistryUnavailable"}
-
-
-def exitcode_from_container(code: int | None) -> int | None:
-    """Container runtimes report death by signal N as 128 + N: map that to -N."""
-    if code is None:
-        return None
-    if 128 < code < 128 + 65:
-        try:
-            signal.Signals(code - 128)
-            return -(code - 128)
-        except ValueError:
-            return code
-    return code
 
 
 def _get(obj: Any, *path: str) -> Any:
@@ -72,15 +58,15 @@ def pod_status(pod: Any, pull_failing_since: float | None, now: float,
             reason = _get(pod, "status", "reason") or "Failed"  # e.g. Evicted
             return JobStatus(JobState.FAILED, None,
                              _with_message(reason, _get(pod, "status", "message")))
-        code = exitcode_from_container(_get(terminated, "exit_code"))
+        code = JobStatus.decode_exitcode(_get(terminated, "exit_code"), "shell")
         if code == 0 and phase != "Failed":
             return JobStatus(JobState.SUCCEEDED, 0)
         reason = _get(pod, "status", "reason") or _get(terminated, "reason")
         if reason in (None, "Error", "Completed") and code is not None and code < 0:
-            reason = signal.Signals(-code).name
+            reason = None  # the signal's name
         if reason == "ContainerCannotRun":
             reason = _with_message(reason, _get(terminated, "message"))
-        return JobStatus(JobState.FAILED, code, reason)
+        return JobStatus.from_exit(code, failed=True, reason=reason)
     if phase == "Running":
         return JobStatus(JobState.RUNNING)
     if phase == "Unknown":

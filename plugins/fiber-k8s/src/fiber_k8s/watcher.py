@@ -4,7 +4,8 @@ label), feeding a cache of the latest pod objects that ``status``/``wait`` read.
 The thread lists the pods once, then watches from the list's resource version; it
 re-lists after a watch error or an expired resource version (410 Gone). A pod's
 DELETED event keeps its last object, marked deleted, so that an ended job's status
-stays known until the job is released.
+stays known until the job is released. Should the thread die, the cache stops being
+trusted (not synced): statuses are read from the API server directly.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from kubernetes import watch
 from kubernetes.client.rest import ApiException
 
+from fiber.backend import FiberThreadError, start_thread
 from fiber_k8s.status import pull_failing
 
 logger = logging.getLogger("fiber.kubernetes")
@@ -52,9 +54,17 @@ class PodWatcher:
     def start(self) -> None:
         with self.changed:
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fiber-k8s-watch",
-                                                daemon=True)
-                self._thread.start()
+                self._thread = start_thread("fiber-k8s-watch", self._run,
+                                            fails=self._died)
+
+    def _died(self, error: FiberThreadError) -> None:
+        """The thread died (logged): the cache is no longer kept fresh, so it is no
+        longer synced, and the backend reads every status from the API server
+        directly (``KubernetesBackend.status``) rather than trust a stale pod."""
+        with self.changed:
+            self.error = error
+            self.synced.clear()
+            self.changed.notify_all()
 
     def stop(self) -> None:
         """End the thread: unblock its read of the watch stream and join it."""

@@ -1,25 +1,11 @@
 """fiber-slurm: the ``slurm`` backend of fiber (every job is a Slurm batch job).
 
 Every fiber process loads the plugin's entry point (:mod:`fiber_slurm.plugin`), and so
-this package: it imports nothing. ``fiber_slurm.SlurmBackend`` is imported on first use.
+this package: it imports nothing. The backend is
+:class:`fiber_slurm.backend.SlurmBackend`, which fiber's registry imports the first time
+the backend is used.
 """
-
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
 
 from fiber_slurm._version import __version__
 
-__all__ = ["SlurmBackend", "__version__"]
-
-if TYPE_CHECKING:
-    from fiber_slurm.backend import SlurmBackend
-
-
-def __getattr__(name: str) -> Any:
-    if name == "SlurmBackend":
-        # lazy for start-up time: the backend's modules only where it is used
-        from fiber_slurm.backend import SlurmBackend
-
-        return SlurmBackend
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__all__ = ["__version__"]

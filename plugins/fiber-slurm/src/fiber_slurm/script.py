@@ -1,9 +1,9 @@
-"""Rendering a job's batch script from the ``job.sh.template`` file of this package.
+"""A job's Slurm batch script: the ``#SBATCH`` lines of a spec, in fiber's batch-script
+template (:data:`fiber.backend.batch.SCRIPT_TEMPLATE`).
 
 The sbatch options become ``#SBATCH`` lines (values double-quoted, as sbatch's
-parser expects), the spec's environment becomes ``export NAME='value'`` lines
-(quoted for the shell) and the command is ``exec``'d so that its exit status and
-signal are the job's.
+parser expects); the spec's environment becomes ``export NAME='value'`` lines and the
+command is ``exec``'d (:mod:`fiber.backend.batch`).
 
 A job array (:func:`render_array`: a group of specs that differ only in their
 environment, one ``sbatch --array``) renders the same template: the variables all its
@@ -15,22 +15,16 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from collections.abc import Mapping, Sequence
-from importlib import resources
-from string import Template
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 
 from fiber.backend import JobCreationError, JobSpec
+from fiber.backend.batch import array_exports, exports, render_script
 
-_NAME_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 NAME_LABEL = "fiber.name"
-
-
-def template() -> Template:
-    text = resources.files("fiber_slurm").joinpath("job.sh.template").read_text("utf-8")
-    return Template(text)
+#: the variable holding a task's index in a job array
+ARRAY_INDEX = "SLURM_ARRAY_TASK_ID"
 
 
 def job_name(labels: Mapping[str, str]) -> str:
@@ -121,61 +115,21 @@ def sbatch_directives(spec: JobSpec, options: Mapping[str, Any], output: str) ->
     return lines
 
 
-def exports(env: Mapping[str, str]) -> list[str]:
-    lines = []
-    for name, value in env.items():
-        if not _NAME_RE.fullmatch(name):
-            raise JobCreationError(
-                f"environment variable name {name!r} of the job is not a valid shell "
-                "name (letters, digits, underscores, not starting with a digit)")
-        lines.append(f"export {name}={shlex.quote(str(value))}")
-    return lines
-
-
-def array_exports(envs: Sequence[Mapping[str, str]]) -> list[str]:
-    """The export lines of an array whose task ``i`` has the environment ``envs[i]``:
-    the variables every task has with the same value, then a ``case`` on the task id
-    for the rest (a task id outside the array fails the task, loudly)."""
-    first = envs[0]
-    common = {name: value for name, value in first.items()
-              if all(name in env and env[name] == value for env in envs[1:])}
-    lines = exports(common)
-    lines.append('case "$SLURM_ARRAY_TASK_ID" in')
-    for index, env in enumerate(envs):
-        own = exports({name: value for name, value in env.items() if name not in common})
-        lines.append(f"{index}) {'; '.join(own)} ;;" if own else f"{index}) ;;")
-    lines.append('*) echo "fiber: task $SLURM_ARRAY_TASK_ID is not in this job array" >&2; '
-                 "exit 1 ;;")
-    lines.append("esac")
-    return lines
-
-
 def render_array(specs: Sequence[JobSpec], options: Mapping[str, Any], output: str) -> str:
     """The batch script of a job array of ``specs`` (same command, resources, labels
     and working directory; any environment), task ``i`` running ``specs[i]``;
     ``output`` names each task's output file with ``%a`` for its task id."""
     first = specs[0]
-    if not first.command:
-        raise JobCreationError(f"job {first.name} has an empty command")
     directives = sbatch_directives(first, options, output)
     directives.append(_directive("--array", f"0-{len(specs) - 1}"))
-    return template().substitute(
-        name=f"{first.name} (an array of {len(specs)})".replace("\n", " "),
-        directives="\n".join(directives),
-        exports="\n".join(array_exports([spec.env for spec in specs])),
-        command=shlex.join(first.command),
-    )
+    return render_script(f"{first.name} (an array of {len(specs)})", directives,
+                         array_exports([spec.env for spec in specs], ARRAY_INDEX),
+                         first.command)
 
 
 def render(spec: JobSpec, options: Mapping[str, Any], output: str,
            command: Sequence[str] | None = None) -> str:
     """The full batch script of ``spec``."""
     argv = list(command if command is not None else spec.command)
-    if not argv:
-        raise JobCreationError(f"job {spec.name} has an empty command")
-    return template().substitute(
-        name=spec.name.replace("\n", " "),
-        directives="\n".join(sbatch_directives(spec, options, output)),
-        exports="\n".join(exports(spec.env)),
-        command=shlex.join(argv),
-    )
+    return render_script(spec.name, sbatch_directives(spec, options, output),
+                         exports(spec.env), argv)

@@ -14,19 +14,10 @@ _FAILED = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "SPECIAL_EXIT"}
 _LOST = {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REVOKED"}
 
 
-def signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"
-
-
 def exitcode_from_wait_status(raw: int) -> int:
-    """squeue's ``exit_code`` is a wait(2) status: exit code in the high byte, the
-    signal that killed the job's script in the low 7 bits (reported negative)."""
-    if raw & 0x7F:
-        return -(raw & 0x7F)
-    return (raw >> 8) & 0xFF
+    """squeue's ``exit_code`` is a wait(2) status (negative: the signal that killed the
+    job's script)."""
+    return JobStatus.decode_exitcode(raw, "wait") or 0
 
 
 def exitcode_from_pair(text: str) -> int | None:
@@ -51,22 +42,22 @@ def to_status(state: str, exitcode: int | None, reason: str | None = None,
     if state in _RUNNING:
         return JobStatus(JobState.RUNNING)
     if state == "COMPLETED":
-        if exitcode:  # defensive: Slurm says COMPLETED only for exit 0
-            return JobStatus(JobState.FAILED, exitcode, slurm_reason)
-        return JobStatus(JobState.SUCCEEDED, 0)
+        # (defensive: Slurm says COMPLETED only for exit 0)
+        return JobStatus.from_exit(exitcode or 0, reason=slurm_reason)
     if state == "CANCELLED":
         # a job cancelled before it ran has no exit status: report the signal of the
         # cancel (SIGTERM, or SIGKILL for a forced one) as multiprocessing does
-        return JobStatus(JobState.CANCELLED, exitcode or -cancel_signal, "CANCELLED")
+        return JobStatus.from_exit(exitcode, signal=None if exitcode else cancel_signal,
+                                   cancelled=True, reason="CANCELLED")
     if state in _FAILED:
         if state in ("TIMEOUT", "DEADLINE", "OUT_OF_MEMORY"):
-            why = state
+            why: str | None = state
         elif exitcode is not None and exitcode < 0:
-            why = signal_name(-exitcode)
+            why = None  # the signal's name
         else:
             why = slurm_reason or state
         # Slurm says the job failed: never report exit status 0 (or none) for it
-        return JobStatus(JobState.FAILED, exitcode or 1, why)
+        return JobStatus.from_exit(exitcode or 1, failed=True, reason=why)
     if state in _LOST:
         return JobStatus(JobState.LOST, exitcode, state)
     # a state this version does not know: keep watching, say what Slurm says

@@ -17,9 +17,9 @@ sessions by its pid (:class:`_Found`), as it has no channel here.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
-import signal
 import socket
 import threading
 import time
@@ -33,11 +33,13 @@ import paramiko
 from fiber.backend import (
     Backend,
     ClusterUnreachableError,
+    FiberThreadError,
     Job,
     JobCreationError,
     JobSpec,
     JobState,
     JobStatus,
+    start_thread,
 )
 from fiber_ssh import remote
 from fiber_ssh.connection import HostConnection
@@ -79,6 +81,36 @@ class _Found:
         self.final: JobStatus | None = None
 
 
+def _prepare_died(host: HostSlots, error: FiberThreadError) -> None:
+    """A host's preparation died: the host is not used (a bug, not an outage: not
+    worth retrying), and the error says why."""
+    down = ClusterUnreachableError(str(error), transient=False)
+    down.__cause__ = error
+    host.mark_down(down)
+
+
+def _kill_died(handle: _Handle, error: FiberThreadError) -> None:
+    """The thread ending a job cancelled during its start died: end it here."""
+    _end_by_channel(handle)
+
+
+def _end_by_channel(handle: _Handle) -> None:
+    """Kill the job through its wrapper's relay (which reads the channel's stdin after
+    the environment, so this works before its pid is read too), then close its
+    channel; without a word from here (no thread of ours may block on a new session)."""
+    chan = handle.channel
+    if chan is None:
+        return
+    try:
+        chan.sendall(b"KILL\n")
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        logger.debug("cannot signal a job through its channel: %s", exc)
+    try:
+        chan.close()
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        logger.debug("cannot close a job's channel: %s", exc)
+
+
 class SSHBackend(Backend):
     """Jobs as processes on SSH hosts."""
 
@@ -114,9 +146,10 @@ class SSHBackend(Backend):
         with self._lock:
             if self._ready:
                 return
-            threads = [threading.Thread(target=host.prepare, daemon=True) for host in self._hosts]
-            for thread in threads:
-                thread.start()
+            threads = [start_thread("fiber-ssh-prepare", host.prepare,
+                                    name=f"fiber-ssh-prepare-{host.conn.spec.name}",
+                                    fails=functools.partial(_prepare_died, host))
+                       for host in self._hosts]
             for thread in threads:
                 thread.join()
             if not any(host.usable for host in self._hosts):
@@ -234,8 +267,9 @@ class SSHBackend(Backend):
             raise JobCreationError(
                 f"cannot start job {spec.name} on SSH host {name}: {exc!r}") from None
         handle.channel = chan
-        threading.Thread(target=self._reader, args=(job, handle), daemon=True,
-                         name=f"fiber-ssh-{spec.name}").start()
+        start_thread("fiber-ssh-reader", self._reader, job, handle,
+                     name=f"fiber-ssh-reader-{spec.name}",
+                     fails=functools.partial(self._reader_died, job, handle))
         handle.started.wait(float(self._options.get("ssh_start_timeout") or 30.0))
         if handle.start_error is None:
             return
@@ -266,9 +300,21 @@ class SSHBackend(Backend):
 
     def _start_dispatcher(self) -> None:
         if self._dispatcher is None or not self._dispatcher.is_alive():
-            self._dispatcher = threading.Thread(target=self._dispatch, daemon=True,
-                                                name="fiber-ssh-dispatch")
-            self._dispatcher.start()
+            self._dispatcher = start_thread("fiber-ssh-dispatch", self._dispatch,
+                                            fails=self._dispatch_died)
+
+    def _dispatch_died(self, error: FiberThreadError) -> None:
+        """The dispatcher died: the jobs waiting for a slot fail with ``error`` (in their
+        log) rather than wait for ever; the next queued job starts a new one."""
+        with self._lock:
+            if self._dispatcher is threading.current_thread():
+                self._dispatcher = None
+            waiting, self._pending = list(self._pending), deque()
+            for job in waiting:
+                handle: _Handle = job.handle
+                with handle.lock:
+                    handle.output.extend(f"fiber-ssh: {error}\n".encode())
+                self._finish(handle, JobStatus(JobState.FAILED, 127, "StartFailed"))
 
     def _dispatch(self) -> None:
         """Start pending jobs, in order, as slots free up."""
@@ -367,6 +413,20 @@ class SSHBackend(Backend):
             self._give_back(handle)
             self._finish(handle, status)
 
+    def _reader_died(self, job: Job, handle: _Handle, error: FiberThreadError) -> None:
+        """The job's reader died: nobody reads its output nor sees it end, so it is
+        ended (killed through its channel) and reported LOST; a start still waiting
+        for its pid fails with ``error``."""
+        with handle.lock:
+            handle.output.extend(f"\nfiber-ssh: {error}\n".encode())
+        if handle.pid is None and handle.start_error is None:
+            handle.start_error = str(error)
+        handle.started.set()
+        _end_by_channel(handle)
+        with self._lock:
+            self._give_back(handle)
+            self._finish(handle, JobStatus(JobState.LOST, None, "ReaderDied"))
+
     def _parse_head(self, job: Job, handle: _Handle, head: bytearray) -> bytes | None:
         """Look for the wrapper's marker line in ``head``; return the output after it
         (``None`` while it has not come yet)."""
@@ -385,8 +445,8 @@ class SSHBackend(Backend):
                 handle.pid = int(line[len(remote.PID_MARK):])
                 handle.started.set()
                 if handle.cancelled:  # terminated before its pid was known
-                    threading.Thread(target=self._kill, args=(handle, True),
-                                     daemon=True).start()
+                    start_thread("fiber-ssh-kill", self._kill, handle, True,
+                                 fails=functools.partial(_kill_died, handle))
             else:
                 handle.start_error = self._start_error(job.spec, job.host or "?", line, b"")
                 handle.started.set()
@@ -402,17 +462,7 @@ class SSHBackend(Backend):
                 return JobStatus(JobState.LOST, None, "HostUnreachable")
             return JobStatus(JobState.LOST if not handle.cancelled else JobState.CANCELLED,
                              None, "NoExitStatus")
-        if code == 0:
-            return JobStatus(JobState.SUCCEEDED, 0)
-        reason = None
-        if code < 0:
-            try:
-                reason = signal.Signals(-code).name
-            except ValueError:
-                reason = f"signal {-code}"
-        if handle.cancelled:
-            return JobStatus(JobState.CANCELLED, code, reason)
-        return JobStatus(JobState.FAILED, code, reason)
+        return JobStatus.from_exit(code, cancelled=handle.cancelled)
 
     def status(self, job: Job) -> JobStatus:
         if isinstance(job.handle, _Found):
@@ -527,10 +577,10 @@ class SSHBackend(Backend):
             except (ClusterUnreachableError, ValueError) as exc:
                 errors.append(exc)
 
-        threads = [threading.Thread(target=search, args=(i, host), daemon=True)
+        threads = [start_thread("fiber-ssh-search", search, i, host,
+                                name=f"fiber-ssh-search-{host.conn.spec.name}",
+                                fails=errors.append)
                    for i, host in enumerate(hosts)]
-        for thread in threads:
-            thread.start()
         for thread in threads:
             thread.join()
         if errors and not any(found):

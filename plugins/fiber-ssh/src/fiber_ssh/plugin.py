@@ -3,20 +3,15 @@
 
 Every fiber process imports this module when it reads its settings (jobs of any backend
 included), so it imports only fiber's contract; the backend, and paramiko (with
-cryptography) with it, is imported by the factory, the first time the ``ssh`` backend is
-used.
+cryptography) with it, is imported by fiber's registry from the dotted path of
+:data:`plugin`, the first time the ``ssh`` backend is used.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from fiber.backend import (
-    Backend,
-    BackendFactory,
     ConfigOption,
-    hookimpl,
+    Plugin,
     parse_bool,
     parse_list,
     parse_positive_float,
@@ -64,19 +59,9 @@ OPTIONS = [
 ]
 
 
-def create_backend(options: Mapping[str, Any]) -> Backend:
-    """The factory of the ``ssh`` backend: a :class:`~fiber_ssh.backend.SSHBackend`."""
-    # lazy for start-up time: paramiko only where the backend is used
-    from fiber_ssh.backend import SSHBackend
-
-    return SSHBackend(options)
-
-
-@hookimpl
-def fiber_backends() -> dict[str, BackendFactory]:
-    return {"ssh": create_backend}
-
-
-@hookimpl
-def fiber_config_options() -> list[ConfigOption]:
-    return OPTIONS
+plugin = Plugin(
+    package="fiber-ssh",
+    contract=1,  # the version of fiber's plugin contract this package implements
+    backends={"ssh": "fiber_ssh.backend:SSHBackend"},
+    options=OPTIONS,
+)

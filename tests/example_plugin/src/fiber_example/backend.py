@@ -85,14 +85,16 @@ class ExampleBackend(Backend):
             if not jobdir.exists():
                 return JobStatus(JobState.LOST, reason="no such job")
             return JobStatus(JobState.LOST, reason="ended without an exit status")
-        if cancelled:
-            return JobStatus(JobState.CANCELLED, code)
-        return JobStatus(JobState.SUCCEEDED if code == 0 else JobState.FAILED, code)
+        return JobStatus.from_exit(code, cancelled=cancelled)
 
     def _alive(self, jobdir: Path) -> bool:
+        # the job's process group, not the wrapper alone: killed by SIGKILL, the wrapper
+        # can end (and be reaped) before the command, whose sockets then still accept
         try:
             pid = int((jobdir / "pid").read_text())
-            os.kill(pid, 0)
+            os.killpg(pid, 0)
+            if not _group_running(pid):
+                return False
         except (FileNotFoundError, ValueError, ProcessLookupError):
             return False
         except PermissionError:  # alive, though another user's (a reused pid)
@@ -133,3 +135,23 @@ class ExampleBackend(Backend):
                 found.append(Job(id=spec_file.parent.name, backend=self.name, spec=spec,
                                  host="localhost"))
         return found
+
+
+def _group_running(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is running, not a zombie (a zombie has closed
+    its files; on a machine whose init does not reap them it stays signalable)."""
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # no /proc: take the signal's word
+        return True
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False

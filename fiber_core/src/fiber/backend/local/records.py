@@ -6,8 +6,8 @@ it holds its ``Popen``. Its environment cannot name it either: a job forked from
 template keeps the template's environment in ``/proc/<pid>/environ``, whatever it sets
 in ``os.environ``. So the backend writes, for every job it creates, a small JSON file
 ``<pid>-<start time>.json`` into a directory private to the user, ``<temp dir>/fiber-local-jobs-<uid>``
-(mode 0700; a directory of that name that another user owns or can write to is not
-used): the job's pid and start time (so that a reused pid is not taken for the job),
+(mode 0700; a directory of that name that another user owns or can enter is not
+used: :func:`fiber.host.check_private`): the job's pid and start time (so that a reused pid is not taken for the job),
 its name, labels and log file, and the pid and start time of its creator. Releasing the
 job deletes the file; whoever lists the jobs deletes the files of processes that are
 gone (a creator that was killed never released its jobs).
@@ -33,11 +33,9 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from fiber.errors import NotPrivateError
+from fiber.host import private_directory, start_time
 
 logger = logging.getLogger("fiber")
-
-_warned = False
 
 
 def directory() -> str:
@@ -45,81 +43,9 @@ def directory() -> str:
     return os.path.join(tempfile.gettempdir(), f"fiber-local-jobs-{os.getuid()}")
 
 
-def check_private(path: str, create: bool = True) -> str | None:
-    """``path``, a directory private to this user (made with mode 0700 if ``create``);
-    None when it does not exist (and ``create`` is false, or it cannot be made).
-    Raises :class:`fiber.errors.NotPrivateError` when it exists but is not a
-    directory of this user's that nobody else can read or write: then fiber must not
-    use it (someone else could read a secret there, or plant what fiber acts on)."""
-    if create:
-        try:
-            os.mkdir(path, 0o700)
-        except FileExistsError:
-            pass
-        except OSError as exc:
-            logger.debug("cannot create %s: %s", path, exc)
-            return None
-    try:
-        info = os.lstat(path)
-    except FileNotFoundError:
-        return None
-    why = None
-    if not stat.S_ISDIR(info.st_mode):
-        why = "it is not a directory" + (" (a symbolic link)" if stat.S_ISLNK(info.st_mode)
-                                          else "")
-    elif info.st_uid != os.getuid():
-        why = f"it belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
-    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
-        why = f"its mode {stat.S_IMODE(info.st_mode):04o} lets other users in"
-    if why is not None:
-        raise NotPrivateError(
-            f"{path} is not a directory private to this user: {why}. fiber does not use "
-            "it. Remove it if it is yours (or ask its owner or the administrator to), or "
-            "set TMPDIR to a directory of your own")
-    return path
-
-
-def private_directory(path: str, create: bool) -> str | None:
-    """``path`` as :func:`check_private` gives it, or None (with one warning per
-    process) when it is not private: records name processes to signal, so nobody else
-    may write them, and `fiber jobs` and `fiber clean` cannot see jobs then."""
-    global _warned
-    try:
-        return check_private(path, create)
-    except NotPrivateError as exc:
-        if not _warned:
-            _warned = True
-            logger.warning("%s (fiber jobs and fiber clean cannot see this user's jobs "
-                           "until then)", exc)
-        return None
-
-
 def _private_directory(create: bool) -> str | None:
     """The records directory (see :func:`private_directory`)."""
     return private_directory(directory(), create)
-
-
-def start_time(pid: int) -> int | None:
-    """When the process ``pid`` started (clock ticks since boot), or None when it does
-    not exist or has ended (a zombie: only its parent's wait is left). On systems
-    without ``/proc``: 0 for a process that exists."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        except PermissionError:
-            pass
-        return 0
-    # fields[0] is the state (field 3 of proc(5)), fields[19] the start time (field 22)
-    if fields[0] in (b"Z", b"X"):
-        return None
-    return int(fields[19])
 
 
 @dataclass(frozen=True)

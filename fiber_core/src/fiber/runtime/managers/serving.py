@@ -18,16 +18,18 @@ trusted and nothing after:
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 import traceback
 from typing import Any
 
+from fiber import threads
+from fiber.errors import FiberThreadError
 from fiber.runtime.managers import stdlib
 from fiber.runtime.managers.connection import Listener
 from fiber.wire.gate import RateLimitedLog
 
-__all__ = ["FiberServer", "accept_forever"]
+__all__ = ["FiberServer", "accept_died", "accept_forever"]
 
 logger = logging.getLogger("fiber")
 _log = RateLimitedLog()
@@ -35,7 +37,8 @@ _log = RateLimitedLog()
 
 def accept_forever(server: Any, name: str, stopping: Any = None) -> None:
     """``server``'s accepting loop: a thread per authenticated connection, named
-    ``name``; returns when its listener is closed (or ``stopping()`` holds)."""
+    ``name`` (a kind of :mod:`fiber.threads`: its death fails that connection's
+    call); returns when its listener is closed (or ``stopping()`` holds)."""
     listener = server.listener
     while True:
         try:
@@ -49,8 +52,8 @@ def accept_forever(server: Any, name: str, stopping: Any = None) -> None:
                          name, type(exc).__name__, exc)
             continue
         try:
-            threading.Thread(target=server.handle_request, args=(conn,), daemon=True,
-                             name=name).start()
+            threads.start(name, server.handle_request, conn,
+                          fails=functools.partial(_line_died, conn))
         except Exception as exc:  # noqa: BLE001 - e.g. no thread can be started now
             _log.warning("%s: cannot serve a connection (%s: %s): closed it", name,
                          type(exc).__name__, exc)
@@ -58,6 +61,37 @@ def accept_forever(server: Any, name: str, stopping: Any = None) -> None:
                 conn.close()
             except OSError:
                 pass
+
+
+def accept_died(server: Any, error: FiberThreadError) -> None:
+    """The thread running :func:`accept_forever` died: close ``server``'s listener
+    (clients connecting are refused at once) and fail the connections it had admitted
+    but not handed to a thread (their calls raise ``error``)."""
+    listener = server.listener
+    try:
+        listener.close()
+    except OSError:
+        pass
+    while True:
+        try:
+            conn = listener.accept()
+        except Exception:  # noqa: BLE001 - closed: none left
+            return
+        _line_died(conn, error)
+
+
+def _line_died(conn: Any, error: FiberThreadError) -> None:
+    """The thread serving ``conn`` died: its client's call (waiting for an answer)
+    raises ``error`` (multiprocessing's ``#ERROR`` answer), then the line is closed,
+    so that its next call fails too rather than wait for a server that is gone."""
+    try:
+        conn.send(("#ERROR", error))
+    except Exception:  # noqa: BLE001 - closing it tells the client anyway
+        logger.debug("telling a manager's client that its line died failed", exc_info=True)
+    try:
+        conn.close()
+    except OSError:
+        pass
 
 
 class FiberServer(stdlib.Server):

@@ -39,6 +39,7 @@ supervisor to see the last result out, then for every worker to exit.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -50,7 +51,7 @@ from typing import Any, Protocol
 from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
-from fiber.runtime import popen, retry, run, submit
+from fiber.runtime import retry, run, submit, teardown
 from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
 from fiber.wire import transport
 
@@ -87,7 +88,7 @@ def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
     background (:mod:`fiber.runtime.teardown`), so this returns within seconds."""
     if hub is not None:
         hub.remove_channel(cid)  # connected workers leave on their own
-    popen.end_and_wait(list(processes), END_JOIN_WAIT)
+    teardown.end_and_wait(list(processes), END_JOIN_WAIT)
 
 
 def end_pool(scheduler: Scheduler, changed: threading.Condition,
@@ -125,6 +126,10 @@ class WorkerSet:
                                        (scheduler, changed, self.processes, hub, cid),
                                        exitpriority=15)
         # (a bulk backend: a whole group reaches one create_jobs call, runtime.submit)
+        # An executor rather than threads.start per worker: a bounded set of threads
+        # fed by a queue, which terminate() cancels and waits for in one call; each of
+        # its tasks runs through threads.guarded, so what a start raises is never left
+        # unread in a future (it breaks the pool: _start_died)
         self._starter = ThreadPoolExecutor(max_workers=submit.starter_threads(
                                                self._backend, STARTER_THREADS),
                                            thread_name_prefix="fiber-pool-start")
@@ -154,7 +159,9 @@ class WorkerSet:
             submit.expect(workers._backend, len(jobs))  # one create_jobs call for the group
             for job in jobs:
                 try:
-                    workers._starter.submit(workers._start, job)
+                    workers._starter.submit(threads.guarded(
+                        "fiber-pool-start", workers._start,
+                        fails=functools.partial(workers._start_died, job)), job)
                 except RuntimeError:  # terminated meanwhile
                     return
             del workers
@@ -231,6 +238,16 @@ class WorkerSet:
 
         process._popen.add_done_callback(ended)
 
+    def _start_died(self, job: list[Worker], error: BaseException) -> None:
+        """A start raised what :meth:`_start` does not handle (a bug, or the injected
+        fault of a test): the pool breaks with it, as for a start that failed, rather
+        than wait for workers nobody starts."""
+        self._break(error)
+        with self._changed:
+            for w in job:
+                if w.process is None:
+                    self._scheduler.start_failed(w)
+
     def _unwanted(self) -> bool:
         """No worker is wanted any more: the pool was terminated or collected, or it
         is closed with nothing left to do. Called with the lock held."""
@@ -282,7 +299,7 @@ class WorkerSet:
         if started:
             logger.info("ending the %d pool worker(s) started before the pool broke",
                         len(started))
-            popen.end_processes(started)
+            teardown.end_processes(started)
 
     # -- resizing -------------------------------------------------------------------
     def resize(self, processes: int) -> None:

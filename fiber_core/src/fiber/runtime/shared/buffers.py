@@ -15,35 +15,25 @@ from __future__ import annotations
 
 import mmap
 import os
-import threading
 import weakref
 
 from fiber import util
+from fiber.runtime.shared.created import CreatedNames
 from fiber.wire import shm
 
 __all__ = ["SharedBuffer", "unlink_all"]
 
-_lock = threading.Lock()
-_created: set[str] = set()  # names this process created and has not unlinked
-
-
-def _unlink(name: str) -> None:
-    with _lock:
-        if name not in _created:
-            return
-        _created.discard(name)
+def _remove(name: str) -> None:
     try:
         os.unlink(os.path.join(shm.DIRECTORY, name))
     except FileNotFoundError:
         pass
 
 
-def unlink_all() -> None:
-    """At exit: unlink every name this process created."""
-    with _lock:
-        names = list(_created)
-    for name in names:
-        _unlink(name)
+_created = CreatedNames(_remove)  # names this process created and has not unlinked
+_unlink = _created.unlink
+#: at exit: unlink every name this process created
+unlink_all = _created.unlink_all
 
 
 class SharedBuffer:
@@ -57,8 +47,7 @@ class SharedBuffer:
         path = os.path.join(shm.DIRECTORY, name)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
-            with _lock:
-                _created.add(name)
+            _created.add(name)
             util.at_exit("shared state names", util.SHARED_STATE, unlink_all)
             os.ftruncate(fd, max(size, 1))
             self.map = mmap.mmap(fd, max(size, 1))

@@ -33,11 +33,11 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from fiber import util
+from fiber import threads, util
 from fiber.runtime import run
 from fiber.runtime.managers import connection, stdlib, sync
 from fiber.runtime.managers.proxies import rebuild_proxy
-from fiber.runtime.managers.serving import FiberServer, accept_forever
+from fiber.runtime.managers.serving import FiberServer, accept_died, accept_forever
 from fiber.wire import auth
 
 __all__ = ["SERIALIZER", "register", "token_for", "proxy_of", "serving", "stop"]
@@ -93,9 +93,8 @@ def _start() -> Any:
     _listener = server.listener
     server.stop_event = threading.Event()  # serve_forever() would set it; lines read it
     # a thread per authenticated connection (the listener's gate admits them)
-    threading.Thread(target=accept_forever, args=(server, "fiber-shared-line",
-                                                  lambda: _stopping),
-                     daemon=True, name="fiber-shared-server").start()
+    threads.start("fiber-shared-server", accept_forever, server, "fiber-shared-line",
+                  lambda: _stopping, fails=lambda error: accept_died(server, error))
     util.at_exit("shared state", util.SHARED_STATE, stop)
     logger.debug("serving shared objects of pid %d at %s:%s", os.getpid(), *server.address)
     _server = server

@@ -6,7 +6,8 @@ It accepts connections on TCP and (Linux) an abstract Unix socket through a
 with bounded memory, a deadline and a cap on connections still authenticating (a
 stranger costs no thread and cannot stall the others), then reads every
 authenticated connection from one selector thread and hands each request to the hub
-(``dispatch``) as a :class:`StreamRequest`. Replies are written by whichever thread
+(``dispatch``) as a :class:`StreamRequest` (connections and requests:
+:mod:`fiber.wire.stream.accepted`). Replies are written by whichever thread
 answers, without blocking: what the socket cannot take at once is left to the selector
 thread. A thread that waits for a reply on one connection may take that connection out
 of the selector and read it itself until its reply has come
@@ -17,8 +18,6 @@ token.
 
 from __future__ import annotations
 
-import collections
-import itertools
 import logging
 import math
 import os
@@ -31,20 +30,20 @@ import threading
 import time
 from collections.abc import Callable
 
+from fiber import threads
+from fiber.errors import FiberThreadError
 from fiber.wire.channel import Request
 from fiber.wire.gate import Admission, FramedAdmission, Gate
 from fiber.wire.handshake import HubHandshake
-from fiber.wire.protocol import AUTH_REFUSED, AUTH_TIMEOUT, OK
+from fiber.wire.protocol import AUTH_REFUSED, AUTH_TIMEOUT
+from fiber.wire.stream.accepted import StreamRequest, _Connection
+from fiber.wire.stream.framing import FRAME as _FRAME
 from fiber.wire.stream.framing import (
-    BIG,
     HANDSHAKE_MAX,
-    READ_SIZE,
     SCHEME,
-    allocate,
     frame,
     nodelay,
 )
-from fiber.wire.stream.framing import FRAME as _FRAME
 
 __all__ = ["StreamAdmission", "StreamListener", "StreamRequest"]
 
@@ -55,158 +54,6 @@ _RECHECK = 0.1  # seconds between checks of a direct reader's condition
 # a loop of get()s does not pay two epoll_ctl each): the selector takes it back when it
 # has been left alone this long, within twice this time
 _PARK = 0.002
-# peer numbers of stream connections start here, far above nng's 31-bit pipe ids
-_peer_ids = itertools.count(1 << 40)
-
-
-class StreamRequest:
-    """A request received on a stream connection (a :class:`~fiber.wire.channel.Request`),
-    which can also read its connection while it waits (:meth:`read_until`)."""
-
-    __slots__ = ("_conn", "_line", "peer", "answered", "__weakref__")
-
-    def __init__(self, conn: _Connection, line: int) -> None:
-        self._conn = conn
-        self._line = line
-        self.peer = conn.peer
-        self.answered = False
-
-    def reply(self, data: bytes, status: bytes = OK) -> bool:
-        """Send the reply; False when the requester is gone or it was answered."""
-        if self.answered:
-            return False
-        self.answered = True
-        return self._conn.send(self._line, status + data if data else status)
-
-    def read_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
-        """Read and dispatch this request's connection on the calling thread until
-        ``done()`` holds or ``timeout`` passes (see :meth:`StreamListener.read_directly`).
-        False when it could not: another thread reads the connection, or it is gone."""
-        return self._conn.listener.read_directly(self._conn, done, timeout)
-
-
-class _Connection:
-    """One authenticated connection, seen from the listening side."""
-
-    def __init__(self, listener: StreamListener, sock: socket.socket) -> None:
-        self.listener = listener
-        self.sock = sock
-        self.peer = next(_peer_ids)
-        self.closed = False
-        self._inbuf = bytearray()
-        self._chunk = bytearray(READ_SIZE)
-        self._big: bytearray | None = None  # body of a big frame being read
-        self._big_line = 0
-        self._big_got = 0
-        self._out: collections.deque[memoryview] = collections.deque()
-        self._wlock = threading.Lock()
-        # held by the thread that reads (and dispatches, in order) this connection's
-        # frames: the selector thread, or a caller waiting for a reply on it
-        self.rlock = threading.Lock()
-
-    # reading (by the holder of rlock)
-    def read(self) -> list[tuple[int, bytes]]:
-        """Frames that are complete now; raises :class:`ConnectionResetError` at the end,
-        or when a frame announces a length that cannot be allocated (not a frame of
-        fiber's: the connection is dropped, not the thread that reads it)."""
-        frames: list[tuple[int, bytes]] = []
-        while True:
-            if self._big is not None:
-                view = memoryview(self._big)[self._big_got:]
-                try:
-                    n = self.sock.recv_into(view)
-                except (BlockingIOError, InterruptedError):
-                    return frames
-                if n == 0:
-                    raise ConnectionResetError("connection closed")
-                self._big_got += n
-                if self._big_got == len(self._big):
-                    frames.append((self._big_line, bytes(self._big)))
-                    self._big = None
-                continue
-            try:
-                got = self.sock.recv_into(self._chunk)
-            except (BlockingIOError, InterruptedError):
-                return frames
-            if not got:
-                raise ConnectionResetError("connection closed")
-            buf = self._inbuf
-            buf += memoryview(self._chunk)[:got]
-            start = 0
-            while len(buf) - start >= _FRAME.size:
-                size, line = _FRAME.unpack_from(buf, start)
-                end = start + _FRAME.size + size
-                if end <= len(buf):
-                    frames.append((line, bytes(buf[start + _FRAME.size:end])))
-                    start = end
-                    continue
-                if size >= BIG:
-                    body = allocate(size)
-                    have = len(buf) - start - _FRAME.size
-                    body[:have] = buf[start + _FRAME.size:]
-                    self._big, self._big_line, self._big_got = body, line, have
-                    start = len(buf)
-                break
-            del buf[:start]
-            if got < READ_SIZE and self._big is None:
-                return frames
-
-    # writing (any thread)
-    def send(self, line: int, body: bytes) -> bool:
-        header = _FRAME.pack(len(body), line)
-        with self._wlock:
-            if self.closed:
-                return False
-            if self._out:
-                self._out.append(memoryview(header))
-                self._out.append(memoryview(body))
-                return True
-            parts = [header + body] if len(body) < 65536 else [header, body]
-            try:
-                sent = self.sock.sendmsg(parts)
-            except (BlockingIOError, InterruptedError):
-                sent = 0
-            except OSError:
-                return False
-            total = _FRAME.size + len(body)
-            if sent == total:
-                return True
-            for part in parts:
-                view = memoryview(part)
-                if sent >= len(view):
-                    sent -= len(view)
-                    continue
-                self._out.append(view[sent:])
-                sent = 0
-        self.listener.want_write(self)
-        return True
-
-    def flush(self) -> bool:
-        """Write what is queued; True when nothing is left (selector thread)."""
-        with self._wlock:
-            while self._out:
-                view = self._out[0]
-                try:
-                    n = self.sock.send(view)
-                except (BlockingIOError, InterruptedError):
-                    return False
-                except OSError:  # the peer is gone: reading will find out and drop it
-                    self._out.clear()
-                    return True
-                if n < len(view):
-                    self._out[0] = view[n:]
-                    return False
-                self._out.popleft()
-            return True
-
-    def close(self) -> None:
-        with self._wlock:
-            self.closed = True
-            self._out.clear()
-        try:
-            self.sock.close()
-        except OSError:
-            pass
 
 
 #: how a listener hands a request to its hub: ``dispatch(request, body, True)``
@@ -253,8 +100,6 @@ class StreamListener:
         self._parked: dict[_Connection, float] = {}
         self._conns: set[_Connection] = set()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="fiber-stream", daemon=True)
-        self._thread.start()
         # strangers are held at the gate until they prove the run's secret
         self.failure: BaseException | None = None  # why it stopped admitting, if it did
         self.gate = Gate("stream", self._admitted, deadline=AUTH_TIMEOUT,
@@ -262,6 +107,8 @@ class StreamListener:
         for listening in (self._sock, self._local):
             if listening is not None:
                 self.gate.listen(listening, self._admission)
+        # (started last: if it dies at once, what it closes is all made)
+        self._thread = threads.start("fiber-stream", self._run, fails=self._selector_died)
         logger.debug("stream listener on %s", self.address)
 
     def _wake(self) -> None:
@@ -285,6 +132,22 @@ class StreamListener:
                     listening.close()
                 except OSError:
                     pass
+
+    def _selector_died(self, error: FiberThreadError) -> None:
+        """No connection is read any more: stop admitting (as :meth:`_gate_died`) and
+        close every connection, so that its peer's calls fail at once instead of
+        waiting for replies nobody reads requests for."""
+        self._gate_died(error)
+        self.gate.close()
+        with self._lock:
+            self._closed = True  # (a connection admitted from now on is closed at once)
+            conns = list(self._conns) + self._joining
+            self._joining = []
+            self._parked.clear()
+        for conn in conns:
+            self._conns.discard(conn)
+            conn.close()
+            self._peer_lost(conn.peer)
 
     # -- admitting (on the gate's thread) ----------------------------------------------
     def _admission(self, sock: socket.socket) -> StreamAdmission:

@@ -1,0 +1,93 @@
+"""Facts of this host that the records a process leaves for others rely on: when a
+process started (:func:`start_time`: a pid and its start time name one process, so a
+reused pid is not taken for it), and whether a directory is private to this user
+(:func:`check_private`, and :func:`private_directory`, which warns once instead of
+raising). The local backend's job records, the run records and the registrations
+``fiber top`` reads are kept in such directories, named after such processes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+
+from fiber.errors import NotPrivateError
+
+__all__ = ["check_private", "private_directory", "start_time"]
+
+logger = logging.getLogger("fiber")
+
+_warned = False
+
+
+def check_private(path: str, create: bool = True) -> str | None:
+    """``path``, a directory private to this user (made with mode 0700 if ``create``);
+    None when it does not exist (and ``create`` is false, or it cannot be made).
+    Raises :class:`fiber.errors.NotPrivateError` when it exists but is not a
+    directory of this user's that nobody else can read or write: then fiber must not
+    use it (someone else could read a secret there, or plant what fiber acts on)."""
+    if create:
+        try:
+            os.mkdir(path, 0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            logger.debug("cannot create %s: %s", path, exc)
+            return None
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    why = None
+    if not stat.S_ISDIR(info.st_mode):
+        why = "it is not a directory" + (" (a symbolic link)" if stat.S_ISLNK(info.st_mode)
+                                          else "")
+    elif info.st_uid != os.getuid():
+        why = f"it belongs to user id {info.st_uid}, not to this user ({os.getuid()})"
+    elif info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        why = f"its mode {stat.S_IMODE(info.st_mode):04o} lets other users in"
+    if why is not None:
+        raise NotPrivateError(
+            f"{path} is not a directory private to this user: {why}. fiber does not use "
+            "it. Remove it if it is yours (or ask its owner or the administrator to), or "
+            "set TMPDIR to a directory of your own")
+    return path
+
+
+def private_directory(path: str, create: bool) -> str | None:
+    """``path`` as :func:`check_private` gives it, or None (with one warning per
+    process) when it is not private: records name processes to signal, so nobody else
+    may write them, and `fiber jobs` and `fiber clean` cannot see jobs then."""
+    global _warned
+    try:
+        return check_private(path, create)
+    except NotPrivateError as exc:
+        if not _warned:
+            _warned = True
+            logger.warning("%s (fiber jobs and fiber clean cannot see this user's jobs "
+                           "until then)", exc)
+        return None
+
+
+def start_time(pid: int) -> int | None:
+    """When the process ``pid`` started (clock ticks since boot), or None when it does
+    not exist or has ended (a zombie: only its parent's wait is left). On systems
+    without ``/proc``: 0 for a process that exists."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return 0
+    # fields[0] is the state (field 3 of proc(5)), fields[19] the start time (field 22)
+    if fields[0] in (b"Z", b"X"):
+        return None
+    return int(fields[19])
