@@ -38,7 +38,10 @@ constructor ``SemLock(kind, value, maxvalue, name, unlink)``, ``SemLock._rebuild
 kind, maxvalue, name)`` (reopens a name: the same on Python 3.9-3.13),
 ``sem_unlink(name)`` and the methods ``acquire``, ``release``, ``_is_mine``,
 ``_count``, ``_get_value``, ``_is_zero``, as :mod:`multiprocessing.synchronize` does.
-``ctx`` is accepted and ignored (every context makes the same primitives).
+``ctx`` (``ctx.Lock()`` passes it) is accepted and not used: a primitive is shared
+memory of its creator's host whatever the context, and its creator serves it to other
+hosts from one server per process, at the default target's address
+(:mod:`fiber.runtime.shared.served`).
 """
 
 from __future__ import annotations
