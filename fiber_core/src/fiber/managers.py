@@ -134,7 +134,7 @@ class BaseManager(stdlib.BaseManager):
             raise TypeError("initializer must be a callable")
         # the server is a job of the manager's context (a fiber context's Process);
         # no context, or multiprocessing's: the default context's
-        ctx: Any = self._ctx if isinstance(self._ctx, run.Carrier) else None
+        ctx: Any = self._ctx if run.carries(self._ctx) else None
         process_class = ctx.Process if ctx is not None else Process
         reader, writer = Pipe(duplex=False, ctx=ctx)
         self._process = process_class(

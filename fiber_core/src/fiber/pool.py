@@ -215,7 +215,7 @@ class Pool:
         serialization.dumps_code((initializer, initargs))
         # where the workers run: the target of a fiber context, else (None, or a
         # context of multiprocessing's) the default one; they are its Process
-        ctx: Any = context if isinstance(context, run.Carrier) else None
+        ctx: Any = context if run.carries(context) else None
         target = run.of(ctx)
         process_class = ctx.Process if ctx is not None else Process
         # checked by the backend before any worker starts

@@ -173,7 +173,7 @@ class Ring:
 
         if self.members:
             raise RuntimeError("a Ring runs once; make a new Ring to run again")
-        ctx: Any = self._ctx if isinstance(self._ctx, run.Carrier) else None
+        ctx: Any = self._ctx if run.carries(self._ctx) else None
         process_class = ctx.Process if ctx is not None else Process
         reports = Queue(ctx=ctx)
         inboxes = [Queue(ctx=ctx) for _ in range(self.processes)]
