@@ -351,7 +351,9 @@ class DefaultContext(BaseContext):
         if method is None and force:
             self._actual_context = None
             return
-        if method not in _concrete_contexts:
+        if method is not None and method not in _concrete_contexts:
+            # a name that is neither a method nor a backend raises here, saying so
+            super().get_context(method)
             # the default context's jobs follow the backend setting: a backend is
             # chosen by fiber.init(backend=...) or a context of its own
             error = ValueError(f"cannot find context for {method!r}")
