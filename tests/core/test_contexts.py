@@ -43,8 +43,8 @@ def test_backend_contexts_are_one_per_name_and_overrides():
     assert a.get_start_method() == "spawn"
     assert fiber.get_context("fork", cpu=2).get_start_method() == "fork"
     # separate backend instances, and the default one is neither
-    backends = {id(a._fiber_target.backend()), id(b._fiber_target.backend()),
-                id(fiber.get_context("local")._fiber_target.backend())}
+    backends = {id(a.run_target().backend()), id(b.run_target().backend()),
+                id(fiber.get_context("local").run_target().backend())}
     assert len(backends) == 3
 
 
@@ -68,7 +68,7 @@ def test_each_context_s_jobs_get_its_own_settings():
     p2.join(60)
     p3.join(60)
     assert (p2.exitcode, p3.exitcode) == (0, 0)
-    assert p2._popen is None or p2._popen.backend is two._fiber_target.backend()
+    assert p2._popen is None or p2._popen.backend is two.run_target().backend()
     # a context's Process is still fiber's (and multiprocessing's API)
     assert issubclass(two.Process, fiber.Process)
 
@@ -133,3 +133,62 @@ def test_what_the_backend_cannot_honour_is_refused_before_any_job_starts():
     # another backend's extras are not the local backend's business
     with fiber.Pool(1, resources=Resources(extra={"slurm": {"partition": "debug"}})) as pool:
         assert pool.apply(_setting, (0,)) == fiber.get_config_value("cpu")
+
+
+# -- the context is the one carrier of its target (issue #27) ---------------------------
+
+def _member_setting(rank, world_size):
+    return fiber.get_config_value("cpu")
+
+
+def _settings_in_server():
+    return {"cpu": fiber.get_config_value("cpu")}
+
+
+def test_a_context_s_ring_members_are_its_processes():
+    """ctx.Ring's members run on the context's target with its settings (they are
+    started by Ring.run(), after ctx.Ring() has returned)."""
+    ctx = fiber.get_context("local", cpu=3)
+    assert ctx.Ring(2, _member_setting).run(timeout=300) == [3.0, 3.0]
+
+
+def test_a_manager_given_a_context_starts_its_server_there():
+    """A manager made with ``ctx=`` (as multiprocessing's BaseManager takes it) runs
+    its server as a job of that context, with its settings."""
+    from fiber.managers import BaseManager
+
+    class Settings(BaseManager):
+        pass
+
+    Settings.register("settings", _settings_in_server, exposed=("get",))
+    manager = Settings(ctx=fiber.get_context("local", cpu=3))
+    manager.start()
+    try:
+        assert manager.settings().get("cpu") == 3.0
+    finally:
+        manager.shutdown()
+
+
+def test_a_backend_context_pickles_as_its_name_and_overrides():
+    """What a job receives of a context (a Process class of it carries it) is its
+    backend name, start method and overrides: never the parent's target, whose
+    backend instance and hub are this process's."""
+    import pickle
+
+    ctx = fiber.get_context("local", cpu=2)
+    ctx.run_target().backend()  # this process's, made
+    data = pickle.dumps(ctx)
+    assert b"Target" not in data and b"LocalBackend" not in data
+    assert pickle.loads(data) is ctx  # in the same process: the same context
+
+
+def test_set_start_method_takes_start_methods_only():
+    """The default context's jobs follow the backend setting: a backend name given to
+    set_start_method is refused (it changed nothing the default context made)."""
+    try:
+        with pytest.raises(ValueError, match="cannot find context for 'local'") as info:
+            fiber.set_start_method("local", force=True)
+        assert "fiber.init(backend='local')" in "".join(getattr(info.value, "__notes__", []))
+        assert fiber.get_start_method() == "spawn"
+    finally:
+        fiber.set_start_method(None, force=True)

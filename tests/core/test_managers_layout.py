@@ -11,22 +11,36 @@ import sys
 import pytest
 
 import fiber
+import fiber.context
 from fiber import managers, sharedctypes, synchronize
 from fiber.runtime.managers import stdlib
 
 
+def _of_default_context(face):
+    """``face`` is the default context's method of its name (as multiprocessing's
+    module functions are)."""
+    return (face.__self__ is fiber.context._default_context
+            and face.__func__ is getattr(fiber.context.BaseContext, face.__name__))
+
+
 @pytest.mark.parametrize("name", synchronize.__all__)
 def test_primitives_come_from_fiber_synchronize(name):
-    assert getattr(fiber, name) is getattr(synchronize, name)
+    face = getattr(fiber, name)
+    assert _of_default_context(face)
+    made = face(2) if name == "Barrier" else face()
+    assert type(made) is getattr(synchronize, name)
 
 
 @pytest.mark.parametrize("name", ["Value", "Array", "RawValue", "RawArray"])
 def test_values_come_from_fiber_sharedctypes(name):
-    assert getattr(fiber, name) is getattr(sharedctypes, name)
+    face = getattr(fiber, name)
+    assert _of_default_context(face)
+    assert type(face("i", 3)) is type(getattr(sharedctypes, name)("i", 3))
 
 
 def test_managers_keeps_only_its_own_names():
-    assert fiber.Manager is managers.Manager
+    assert _of_default_context(fiber.Manager)
+    assert "Manager" in managers.__all__  # what the context's Manager() calls
     for module in (synchronize, sharedctypes):
         for name in module.__all__:
             # multiprocessing.managers has Value and Array: its server-side types, not

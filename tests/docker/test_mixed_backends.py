@@ -57,7 +57,7 @@ def test_local_manager_docker_process_and_slurm_pool_at_once(slurm_settings):
     local = fiber.get_context("local")
     on_docker = fiber.get_context("docker")
     on_slurm = fiber.get_context("slurm", **slurm_settings)
-    assert on_slurm._fiber_target.backend() is not on_docker._fiber_target.backend()
+    assert on_slurm.run_target().backend() is not on_docker.run_target().backend()
     with local.Manager() as manager:
         shared = manager.dict()
         p = on_docker.Process(target=_report, args=(shared, "docker"))

@@ -4,8 +4,11 @@
 Manager code runs on the local machine or as jobs on a cluster backend, selected by
 ``FIBER_BACKEND`` (or ``.fiberconfig``, or ``fiber.init(backend=...)``).
 
-Importing fiber is cheap: each name below is imported from its module on first use
-(``fiber.Pool`` imports :mod:`fiber.pool`, and so the runtime and the wire), so a
+As in multiprocessing, the module's functions are the default context's methods
+(:mod:`fiber.context`: ``fiber.Queue()`` is ``get_context().Queue()``, and passes the
+context to the queue it makes); ``fiber.Process`` is the Process class of the
+default context. Importing fiber is cheap: each name below is imported on first use
+(``fiber.Pool()`` imports :mod:`fiber.pool`, and so the runtime and the wire), so a
 program pays only for what it uses, and no backend plugin is loaded before a setting
 or a backend is needed.
 """
@@ -20,30 +23,23 @@ from fiber._version import __version__
 # typing would be most of the time of a bare `import fiber`
 TYPE_CHECKING = False
 
-# name -> the module that defines it (the API modules mirror multiprocessing's)
+# the names that are the default context's (fiber.context), as multiprocessing's are
+# its default context's: fiber.Queue() is the default context's Queue(), which passes
+# the context to the queue it makes; fiber.Process is its Process class
+_OF_DEFAULT_CONTEXT = (
+    "Process", "current_process", "parent_process", "active_children", "Pool",
+    "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "Manager", "Lock", "RLock",
+    "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier", "Value", "Array",
+    "RawValue", "RawArray", "Ring", "get_logger", "log_to_stderr", "cpu_count",
+    "get_context", "set_start_method", "get_start_method", "get_all_start_methods",
+    "freeze_support", "set_executable", "set_forkserver_preload",
+    "allow_connection_pickling", "get_config_value", "reducer",
+)
+
+# the other names -> the module that defines them
 _WHERE = {
-    "Process": "fiber.process", "current_process": "fiber.process",
-    "parent_process": "fiber.process", "active_children": "fiber.process",
-    "Pool": "fiber.pool",
-    "Queue": "fiber.queues", "JoinableQueue": "fiber.queues", "SimpleQueue": "fiber.queues",
-    "Pipe": "fiber.connection",
-    "Manager": "fiber.managers",
-    "Lock": "fiber.synchronize", "RLock": "fiber.synchronize",
-    "Semaphore": "fiber.synchronize", "BoundedSemaphore": "fiber.synchronize",
-    "Condition": "fiber.synchronize", "Event": "fiber.synchronize",
-    "Barrier": "fiber.synchronize",
-    "Value": "fiber.sharedctypes", "Array": "fiber.sharedctypes",
-    "RawValue": "fiber.sharedctypes", "RawArray": "fiber.sharedctypes",
-    "Ring": "fiber.ring",
     "meta": "fiber.meta", "Resources": "fiber.backend.resources",
     "init": "fiber.runtime.config", "reset": "fiber.runtime.config",
-    "get_logger": "fiber.util", "log_to_stderr": "fiber.util",
-    "cpu_count": "fiber.context", "get_context": "fiber.context",
-    "set_start_method": "fiber.context", "get_start_method": "fiber.context",
-    "get_all_start_methods": "fiber.context", "freeze_support": "fiber.context",
-    "set_executable": "fiber.context", "set_forkserver_preload": "fiber.context",
-    "allow_connection_pickling": "fiber.context", "get_config_value": "fiber.context",
-    "reducer": "fiber.context",
     "ProcessError": "fiber.errors", "BufferTooShort": "fiber.errors",
     "TimeoutError": "fiber.errors", "AuthenticationError": "fiber.errors",
     "ProcessStartError": "fiber.errors", "ConnectionLostError": "fiber.errors",
@@ -51,16 +47,20 @@ _WHERE = {
     "FiberThreadError": "fiber.errors",
 }
 
-__all__ = list(_WHERE)
+__all__ = [*_OF_DEFAULT_CONTEXT, *_WHERE]
 
 
 def __getattr__(name: str) -> Any:
     if name == "config":  # uber/fiber 0.2's settings module (deprecated): fiber.config
         return importlib.import_module("fiber.config")
-    where = _WHERE.get(name)
-    if where is None:
-        raise AttributeError(f"module 'fiber' has no attribute {name!r}")
-    value = getattr(importlib.import_module(where), name)
+    if name in _OF_DEFAULT_CONTEXT:
+        context = importlib.import_module("fiber.context")
+        value = getattr(context._default_context, name)
+    else:
+        where = _WHERE.get(name)
+        if where is None:
+            raise AttributeError(f"module 'fiber' has no attribute {name!r}")
+        value = getattr(importlib.import_module(where), name)
     globals()[name] = value  # the next access is a plain attribute
     return value
 

@@ -327,10 +327,12 @@ class Connection:
                 f"{self._endpoint.address}#{self._endpoint.cid}>")
 
 
-def Pipe(duplex: bool = True) -> tuple[Connection, Connection]:
+def Pipe(duplex: bool = True, *, ctx: Any = None) -> tuple[Connection, Connection]:
     """Two connected ends ``(conn1, conn2)``; with ``duplex=False`` conn1 only
-    receives and conn2 only sends, as :func:`multiprocessing.Pipe`."""
-    hub = run.hub()
+    receives and conn2 only sends, as :func:`multiprocessing.Pipe`. ``ctx`` (fiber
+    extension, passed by ``ctx.Pipe()``): the context whose jobs reach the pipe (None:
+    the default context's)."""
+    hub = run.of(ctx).hub()
     cid = hub.add_channel(PipeChannel(hub), stream=True)  # stream: for forked children
     first = Connection(Endpoint(hub.address, cid), 0, True, duplex)
     second = Connection(Endpoint(hub.address, cid), 1, duplex, True)

@@ -12,7 +12,19 @@ starts as multiprocessing's *spawn* does (the job imports the parent's main modu
 ``__mp_main__`` and receives the pickled Process object; nothing is inherited), whatever
 the method; the local backend's own way of starting jobs is its ``local_start_method``
 setting. The method is recorded (``Process._start_method``), so code that asks gets the
-name it chose. A context's other attributes are the ``fiber`` module's API.
+name it chose. ``set_start_method`` takes a start method only (a backend name raises
+ValueError: the default context's jobs follow the ``backend`` setting, see
+``fiber.init``).
+
+As in multiprocessing, a context's factories (``ctx.Queue()``, ``ctx.Pool()``,
+``ctx.Lock()``...) pass the context (``ctx=``, ``context=`` for ``Pool``) to what they
+make, and the ``fiber`` module's functions are the default context's methods. A
+context carries the run target its objects are served for and its jobs start on
+(:meth:`BaseContext.run_target`, a :class:`fiber.runtime.run.Target`); an object asks
+its context for it (:func:`fiber.runtime.run.of`), an object made without a context
+gets the default context's. ``ctx.Process`` is a Process class of the context (a
+subclass of ``fiber.Process`` whose ``_ctx`` is the context); ``fiber.Process`` and
+its subclasses that name no context start on the default context's target.
 
 fiber extension, a backend per context: ``get_context(name, **overrides)`` with the
 name of an installed backend (``fiber backends`` lists them) returns a
@@ -28,7 +40,9 @@ served at (a loopback address, the local and host-network docker backends', only
 the same machine): a job that cannot reach it gets ``ConnectionError`` from its first
 use, after the connect timeout, saying so. Method names with overrides give a
 context of the default backend with them. One backend instance exists per name and
-overrides (:func:`fiber.runtime.run.target`).
+overrides (:func:`fiber.runtime.run.target`). A backend context pickles as its name,
+start method and overrides (a job that receives a process of it gets none of the
+parent's state: its backend instance, hub and settings are made there if used).
 
 ``assert_spawning``, ``get_spawning_popen`` and ``set_spawning_popen`` are
 multiprocessing's own: while a fiber job's payload (the pickled Process and its
@@ -41,12 +55,14 @@ Queue, a Pipe or a Pool task: fiber then raises ``SerializationError`` for it).
 from __future__ import annotations
 
 import os
-import sys
 from multiprocessing.context import assert_spawning, get_spawning_popen, set_spawning_popen
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fiber.errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 from fiber.runtime import config
+
+if TYPE_CHECKING:  # imported where used (start-up time: the runtime, the wire)
+    from fiber.runtime.run import Target
 
 # the default first, as multiprocessing.get_all_start_methods() lists them
 START_METHODS = ("spawn", "fork", "forkserver")
@@ -97,8 +113,8 @@ def allow_connection_pickling() -> None:
 
 
 class BaseContext:
-    """The API of a context: multiprocessing's functions, and, as attributes, the
-    ``fiber`` module's API (``ctx.Queue()``, ``ctx.Pool()``, ...)."""
+    """The API of a context: multiprocessing's functions and factories (each passes
+    the context to what it makes), and fiber's ``Ring`` and ``run_target``."""
 
     _name: str | None = None
 
@@ -114,16 +130,140 @@ class BaseContext:
     allow_connection_pickling = staticmethod(allow_connection_pickling)
     get_config_value = staticmethod(get_config_value)
 
-    def __getattr__(self, name: str) -> Any:
-        module = sys.modules["fiber"]
-        if name in module.__all__:
-            return getattr(module, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def run_target(self) -> Target:
+        """fiber extension: the target this context's objects are served for and its
+        jobs start on. A start method's context: the default target (the ``backend``
+        setting's backend, with the process's settings)."""
+        from fiber.runtime import run  # lazy: the runtime costs start-up time
+
+        return run.target()
 
     @property
     def Process(self) -> type:  # noqa: N802 - multiprocessing's name
         """The Process class of this context's start method."""
         return _process_class(self._name)
+
+    def current_process(self) -> Any:
+        from fiber.process import current_process
+
+        return current_process()
+
+    def parent_process(self) -> Any:
+        from fiber.process import parent_process
+
+        return parent_process()
+
+    def active_children(self) -> list[Any]:
+        from fiber.process import active_children
+
+        return active_children()
+
+    def Manager(self) -> Any:  # noqa: N802 - multiprocessing's name
+        """A started SyncManager whose server is a job of this context."""
+        from fiber.managers import Manager
+
+        return Manager(ctx=self.get_context())
+
+    def Pipe(self, duplex: bool = True) -> tuple[Any, Any]:  # noqa: N802
+        """Two connected ends, served for this context's jobs."""
+        from fiber.connection import Pipe
+
+        return Pipe(duplex, ctx=self.get_context())
+
+    def Lock(self) -> Any:  # noqa: N802 - multiprocessing's name
+        from fiber.synchronize import Lock
+
+        return Lock(ctx=self.get_context())
+
+    def RLock(self) -> Any:  # noqa: N802 - multiprocessing's name
+        from fiber.synchronize import RLock
+
+        return RLock(ctx=self.get_context())
+
+    def Condition(self, lock: Any = None) -> Any:  # noqa: N802 - multiprocessing's name
+        from fiber.synchronize import Condition
+
+        return Condition(lock, ctx=self.get_context())
+
+    def Semaphore(self, value: int = 1) -> Any:  # noqa: N802 - multiprocessing's name
+        from fiber.synchronize import Semaphore
+
+        return Semaphore(value, ctx=self.get_context())
+
+    def BoundedSemaphore(self, value: int = 1) -> Any:  # noqa: N802
+        from fiber.synchronize import BoundedSemaphore
+
+        return BoundedSemaphore(value, ctx=self.get_context())
+
+    def Event(self) -> Any:  # noqa: N802 - multiprocessing's name
+        from fiber.synchronize import Event
+
+        return Event(ctx=self.get_context())
+
+    def Barrier(self, parties: int, action: Any = None,  # noqa: N802
+                timeout: float | None = None) -> Any:
+        from fiber.synchronize import Barrier
+
+        return Barrier(parties, action, timeout, ctx=self.get_context())
+
+    def Queue(self, maxsize: int = 0) -> Any:  # noqa: N802 - multiprocessing's name
+        """A queue served for this context's jobs."""
+        from fiber.queues import Queue
+
+        return Queue(maxsize, ctx=self.get_context())
+
+    def JoinableQueue(self, maxsize: int = 0) -> Any:  # noqa: N802
+        """A joinable queue served for this context's jobs."""
+        from fiber.queues import JoinableQueue
+
+        return JoinableQueue(maxsize, ctx=self.get_context())
+
+    def SimpleQueue(self) -> Any:  # noqa: N802 - multiprocessing's name
+        """A simple queue served for this context's jobs."""
+        from fiber.queues import SimpleQueue
+
+        return SimpleQueue(ctx=self.get_context())
+
+    def Pool(self, processes: int | None = None, initializer: Any = None,  # noqa: N802
+             initargs: Any = (), maxtasksperchild: int | None = None,
+             context: Any = None, **extensions: Any) -> Any:
+        """A Pool whose workers are this context's processes (fiber extensions:
+        ``context``, another context's instead, as :class:`fiber.pool.Pool` takes it;
+        ``extensions``, its keyword-only arguments)."""
+        from fiber.pool import Pool
+
+        return Pool(processes, initializer, initargs, maxtasksperchild,
+                    self.get_context() if context is None else context, **extensions)
+
+    def RawValue(self, typecode_or_type: Any, *args: Any) -> Any:  # noqa: N802
+        from fiber.sharedctypes import RawValue
+
+        return RawValue(typecode_or_type, *args)
+
+    def RawArray(self, typecode_or_type: Any, size_or_initializer: Any) -> Any:  # noqa: N802
+        from fiber.sharedctypes import RawArray
+
+        return RawArray(typecode_or_type, size_or_initializer)
+
+    def Value(self, typecode_or_type: Any, *args: Any, lock: Any = True) -> Any:  # noqa: N802
+        from fiber.sharedctypes import Value
+
+        return Value(typecode_or_type, *args, lock=lock, ctx=self.get_context())
+
+    def Array(self, typecode_or_type: Any, size_or_initializer: Any, *,  # noqa: N802
+              lock: Any = True) -> Any:
+        from fiber.sharedctypes import Array
+
+        return Array(typecode_or_type, size_or_initializer, lock=lock,
+                     ctx=self.get_context())
+
+    def Ring(self, processes: int, func: Any, initializer: Any = None,  # noqa: N802
+             initargs: Any = ()) -> Any:
+        """fiber extension: a :class:`fiber.ring.Ring` whose members are this
+        context's processes."""
+        from fiber.ring import Ring
+
+        return Ring(processes, func, initializer, initargs, ctx=self.get_context())
 
     @property
     def reducer(self) -> Any:
@@ -184,7 +324,7 @@ _concrete_contexts: dict[str, BaseContext] = {
 
 class DefaultContext(BaseContext):
     """The context of the module-level functions: its start method is the one
-    :func:`set_start_method` chose, else ``spawn``."""
+    :func:`set_start_method` chose, else ``spawn``; its target is the default one."""
 
     def __init__(self, default: BaseContext) -> None:
         self._default_context = default
@@ -211,6 +351,18 @@ class DefaultContext(BaseContext):
         if method is None and force:
             self._actual_context = None
             return
+        if method is not None and method not in _concrete_contexts:
+            # a name that is neither a method nor a backend raises here, saying so
+            super().get_context(method)
+            # the default context's jobs follow the backend setting: a backend is
+            # chosen by fiber.init(backend=...) or a context of its own
+            error = ValueError(f"cannot find context for {method!r}")
+            if hasattr(error, "add_note"):
+                error.add_note(f"set_start_method takes a start method "
+                               f"({', '.join(START_METHODS)}); for the jobs of a backend, "
+                               f"use fiber.init(backend={method!r}) or "
+                               f"fiber.get_context({method!r})")
+            raise error
         self._actual_context = self.get_context(method)
 
     def get_start_method(self, allow_none: bool = False) -> str | None:
@@ -224,14 +376,6 @@ class DefaultContext(BaseContext):
         return f"<fiber default context {self.get_start_method(allow_none=True)!r}>"
 
 
-# the API a backend context makes on its backend (each call serves what it makes on
-# the hub that backend's jobs reach, and starts its processes there)
-_MADE_ON_TARGET = frozenset({
-    "Queue", "JoinableQueue", "SimpleQueue", "Pipe", "Manager", "Lock", "RLock",
-    "Semaphore", "BoundedSemaphore", "Condition", "Event", "Barrier", "Value", "Array",
-    "RawValue", "RawArray", "Ring"})
-
-
 class BackendContext(BaseContext):
     """fiber extension: the context of a backend, with setting overrides
     (``fiber.get_context("slurm", slurm_partition="debug")``). Its start method is
@@ -239,18 +383,25 @@ class BackendContext(BaseContext):
 
     def __init__(self, backend: str | None, overrides: dict[str, Any],
                  method: str = DEFAULT_START_METHOD) -> None:
-        from fiber.runtime import run  # lazy: the runtime costs start-up time
-
         self._name = method
         self._backend_name = backend
         self._overrides = dict(overrides)
-        self._fiber_target = run.target(backend, overrides)  # validates the overrides
+        self._target: Target | None = None  # made on first use (run_target)
         self._process_class: type | None = None
+
+    def run_target(self) -> Target:
+        """The target of this context's backend and overrides (validated when made:
+        :func:`get_context` makes it, so a bad override raises there)."""
+        if self._target is None:
+            from fiber.runtime import run  # lazy: the runtime costs start-up time
+
+            self._target = run.target(self._backend_name, self._overrides)
+        return self._target
 
     @property
     def backend(self) -> str:
         """The name of the backend this context's jobs run on."""
-        return str(self._fiber_target.config().backend)
+        return str(self.run_target().config().backend)
 
     @property
     def overrides(self) -> dict[str, Any]:
@@ -263,34 +414,14 @@ class BackendContext(BaseContext):
         if self._process_class is None:
             base = _process_class(self._name)
             self._process_class = type(base.__name__, (base,), {
-                "_context_placement": (self._backend_name,
-                                       tuple(sorted(self._overrides.items()))),
-                "__module__": __name__,
+                "_ctx": self, "__module__": __name__,
                 "__doc__": f"A fiber Process of the context {self!r}."})
         return self._process_class
 
-    def Pool(self, *args: Any, **kwargs: Any) -> Any:  # noqa: N802 - multiprocessing's name
-        """A Pool whose workers are this context's processes (``Pool(context=ctx)``)."""
-        from fiber.pool import Pool
-
-        kwargs["context"] = self
-        return Pool(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        value = super().__getattr__(name)
-        if name not in _MADE_ON_TARGET:
-            return value
-        from fiber.runtime import run
-
-        target = self._fiber_target
-
-        def made_on_target(*args: Any, **kwargs: Any) -> Any:
-            with run.using(target):
-                return value(*args, **kwargs)
-
-        made_on_target.__name__ = made_on_target.__qualname__ = name
-        made_on_target.__doc__ = value.__doc__
-        return made_on_target
+    def __reduce__(self) -> tuple[Any, ...]:
+        # its name, method and overrides: never the parent's target (a job that gets
+        # a Process class of this context makes its own, should it start one)
+        return _restored_context, (self._backend_name, self._overrides, self._name)
 
     def __repr__(self) -> str:
         settings = "".join(f", {k}={v!r}" for k, v in sorted(self._overrides.items()))
@@ -298,6 +429,11 @@ class BackendContext(BaseContext):
 
 
 _backend_contexts: dict[tuple[str | None, str, str], BackendContext] = {}
+
+
+def _key(backend: str | None, method: str,
+         overrides: dict[str, Any]) -> tuple[str | None, str, str]:
+    return backend, method, repr(sorted(overrides.items()))
 
 
 def _backend_context(name: str | None, overrides: dict[str, Any]) -> BackendContext:
@@ -318,11 +454,23 @@ def _backend_context(name: str | None, overrides: dict[str, Any]) -> BackendCont
             error.add_note(f"{name!r} is neither a start method nor an installed backend "
                            f"(known: {installed}); {hint}")
         raise error
-    key = (name, method, repr(sorted(overrides.items())))
+    key = _key(backend, method, overrides)
     context = _backend_contexts.get(key)
     if context is None:
-        context = _backend_contexts.setdefault(key, BackendContext(backend, overrides, method))
+        made = BackendContext(backend, overrides, method)
+        made.run_target()  # validates the overrides before the context is kept
+        context = _backend_contexts.setdefault(key, made)
     return context
+
+
+def _restored_context(backend: str | None, overrides: dict[str, Any],
+                      method: str) -> BackendContext:
+    """A backend context unpickled (in a job): the one of this process for that
+    backend, method and overrides, made unchecked (its target is made, and checked,
+    only if this process uses it)."""
+    key = _key(backend, method, overrides)
+    return _backend_contexts.get(key) or _backend_contexts.setdefault(
+        key, BackendContext(backend, overrides, method))
 
 
 _default_context = DefaultContext(_concrete_contexts[DEFAULT_START_METHOD])
@@ -347,7 +495,8 @@ def _process_class(method: str | None) -> type:
     cls = globals().get(name)
     if cls is None:
         cls = type(name, (Process,), {
-            "_start_method": method, "__module__": __name__,
+            "_start_method": method, "_ctx": _concrete_contexts[method],
+            "__module__": __name__,
             "__doc__": f"A fiber Process of a {method!r} context (started as every fiber "
                        "process is: a job on the selected backend)."})
         globals()[name] = cls

@@ -85,6 +85,7 @@ class BaseManager(stdlib.BaseManager):
         _process: Process
         _Client: Callable[..., Any]
         _shutdown_timeout: float
+        _ctx: Any  # the context given, else multiprocessing's default (stdlib's __init__)
 
     def __init__(self, address: tuple | None = None, authkey: bytes | None = None,
                  serializer: str = SERIALIZER, ctx: Any = None, *,
@@ -113,8 +114,8 @@ class BaseManager(stdlib.BaseManager):
 
     def get_server(self) -> Any:
         """A server to run in this process (``serve_forever()``)."""
-        if self._address is None:
-            self._address = (run.listen_host(), 0)
+        if self._address is None:  # where its context's jobs reach this process
+            self._address = (run.of(self._ctx).listen_host(), 0)
         if self._state.value == stdlib.State.SHUTDOWN:
             raise ProcessError("Manager has shut down")
         server.check_startable(self._state)
@@ -131,8 +132,12 @@ class BaseManager(stdlib.BaseManager):
         server.check_startable(self._state)
         if initializer is not None and not _callable(initializer):
             raise TypeError("initializer must be a callable")
-        reader, writer = Pipe(duplex=False)
-        self._process = Process(
+        # the server is a job of the manager's context (a fiber context's Process);
+        # no context, or multiprocessing's: the default context's
+        ctx: Any = self._ctx if run.carries(self._ctx) else None
+        process_class = ctx.Process if ctx is not None else Process
+        reader, writer = Pipe(duplex=False, ctx=ctx)
+        self._process = process_class(
             target=type(self)._run_server,
             args=(self._registry, self._address, None, self._serializer, writer,
                   initializer, initargs),
@@ -193,9 +198,10 @@ for _entry in sync.registrations():
 del _entry
 
 
-def Manager() -> SyncManager:
-    """A started :class:`SyncManager` (``fiber.Manager()``)."""
-    manager = SyncManager()
+def Manager(*, ctx: Any = None) -> SyncManager:
+    """A started :class:`SyncManager` whose server is a job of ``ctx`` (``ctx.Manager()``,
+    ``fiber.Manager()``: the default context)."""
+    manager = SyncManager(ctx=ctx)
     manager.start()
     return manager
 

@@ -179,7 +179,7 @@ class Pool:
     and a job that is lost loses its workers, whose tasks go to others as any lost
     worker's. ``context``: a fiber
     context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
-    its backend; other contexts (None, multiprocessing's) mean the current one.
+    its backend; other contexts (None, multiprocessing's) mean the default one.
     """
 
     _wrap_exception = True
@@ -220,9 +220,11 @@ class Pool:
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
-        # where the workers run: a fiber context's backend, else the current one
-        target: run.Target = getattr(context, "_fiber_target", None) or run.current()
-        process_class = context.Process if hasattr(context, "_fiber_target") else Process
+        # where the workers run: the target of a fiber context, else (None, or a
+        # context of multiprocessing's) the default one; they are its Process
+        ctx: Any = context if run.carries(context) else None
+        target = run.of(ctx)
+        process_class = ctx.Process if ctx is not None else Process
         # checked by the backend before any worker starts
         if not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool) \
                 or workers_per_job < 1:

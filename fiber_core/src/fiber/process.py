@@ -44,9 +44,10 @@ class Process:
     """
 
     _start_method = None
-    #: (backend name, setting overrides) of the context this class belongs to
-    #: (``fiber.get_context("slurm").Process``); None: the current target
-    _context_placement: tuple[str | None, tuple[tuple[str, Any], ...]] | None = None
+    #: the context this class's processes are of (``ctx.Process`` sets it, as
+    #: multiprocessing's context Process classes carry their start method); None: the
+    #: default context, as for ``fiber.Process`` and the user's subclasses of it
+    _ctx: Any = None
 
     def __init__(self, group: None = None, target: Callable[..., object] | None = None,
                  name: str | None = None, args: Iterable[Any] = (),
@@ -54,12 +55,6 @@ class Process:
                  daemon: bool | None = None,
                  resources: Resources | Mapping[str, Any] | None = None) -> None:
         assert group is None, "group argument must be None for now"
-        placement = type(self)._context_placement
-        # where its job goes: its context's backend, else the one objects are being
-        # made for now (the default, or a context's while it makes a Manager)
-        self._fiber_target: run.Target | None = (
-            run.target(placement[0], dict(placement[1])) if placement is not None
-            else run.current())
         # fiber extension: this process's resource request (on top of @fiber.meta's
         # and the settings'), checked by the backend at start()
         self._resources = None if resources is None else Resources.of(resources)
@@ -101,7 +96,8 @@ class Process:
         _cleanup()
         from fiber.runtime.popen import JobPopen  # here for start-up time, as above
 
-        self._popen = JobPopen(self)
+        # its job goes where its context's target says (run.of: None is the default's)
+        self._popen = JobPopen(self, run.of(self._ctx))
         with _lock:
             _children.add(self)
         util.at_exit("children", util.CHILDREN, _main_exit)
@@ -252,7 +248,6 @@ class Process:
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_popen"] = None
-        state["_fiber_target"] = None  # the parent's: its job starts its own on its own
         return state
 
     # -- in the job -----------------------------------------------------------------

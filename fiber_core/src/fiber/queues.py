@@ -83,7 +83,8 @@ class Queue:
 
     def __init__(self, maxsize: int = 0, *, ctx: Any = None) -> None:
         maxsize = arguments.queue_maxsize(maxsize)  # as multiprocessing checks it
-        hub = run.hub()
+        # served on the hub its context's jobs reach (None: the default context's)
+        hub = run.of(ctx).hub()
         # its items go with it; served on the stream wire too, for forked children
         cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
         self._attach(hub.address, cid, maxsize)
@@ -213,7 +214,7 @@ class SimpleQueue(Queue):
     """An unbounded queue with only ``get``, ``put``, ``empty`` and ``close``."""
 
     def __init__(self, *, ctx: Any = None) -> None:
-        super().__init__(0)
+        super().__init__(0, ctx=ctx)
 
 
 class QueueReader:

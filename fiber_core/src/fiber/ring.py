@@ -147,7 +147,7 @@ class Ring:
 
     def __init__(self, processes: int, func: Callable[[int, int], Any],
                  initializer: Callable[..., object] | None = None,
-                 initargs: Iterable[Any] = ()) -> None:
+                 initargs: Iterable[Any] = (), *, ctx: Any = None) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes must be a positive int, not {processes!r}")
         if not callable(func):
@@ -159,6 +159,9 @@ class Ring:
         self.initializer = initializer
         self.initargs = tuple(initargs)
         self.members: list[Process] = []
+        # the context its members and rendezvous queues are of (``ctx.Ring``; None:
+        # the default context's)
+        self._ctx = ctx
 
     def run(self, timeout: float | None = None) -> list[Any]:
         """Start the members, wait for all, return their results in rank order.
@@ -166,13 +169,16 @@ class Ring:
         # imported when a ring runs (start-up time, as above)
         from fiber.process import Process
         from fiber.queues import Queue
+        from fiber.runtime import run
 
         if self.members:
             raise RuntimeError("a Ring runs once; make a new Ring to run again")
-        reports = Queue()
-        inboxes = [Queue() for _ in range(self.processes)]
+        ctx: Any = self._ctx if run.carries(self._ctx) else None
+        process_class = ctx.Process if ctx is not None else Process
+        reports = Queue(ctx=ctx)
+        inboxes = [Queue(ctx=ctx) for _ in range(self.processes)]
         self.members = [
-            Process(target=_member, name=f"ring-{rank}",
+            process_class(target=_member, name=f"ring-{rank}",
                     args=(rank, self.processes, reports, inboxes[rank], self.func,
                           self.initializer, self.initargs))
             for rank in range(self.processes)]

@@ -38,7 +38,10 @@ uses it through the creator. The names, their lifetime and this fallback are in
 Of ``_multiprocessing.SemLock``, a private type of CPython, this module uses the
 methods ``acquire``, ``release``, ``_is_mine``, ``_count``, ``_get_value``,
 ``_is_zero``, as :mod:`multiprocessing.synchronize` does.
-``ctx`` is accepted and ignored (every context makes the same primitives).
+``ctx`` (``ctx.Lock()`` passes it) is accepted and not used: a primitive is shared
+memory of its creator's host whatever the context, and its creator serves it to other
+hosts from one server per process, at the default target's address
+(:mod:`fiber.runtime.shared.served`).
 """
 
 from __future__ import annotations

@@ -88,9 +88,9 @@ class ProcessObject(Protocol):
 class JobPopen:
     """Creates the job of a :class:`fiber.Process` and follows it to its end."""
 
-    def __init__(self, process_obj: ProcessObject) -> None:
-        # where the job goes: its context's target (fiber.get_context(backend, ...))
-        self.target: run.Target = getattr(process_obj, "_fiber_target", None) or run.current()
+    def __init__(self, process_obj: ProcessObject, target: run.Target) -> None:
+        # where the job goes: the target of the process's context (Process.start)
+        self.target = target
         cfg = self.target.config()
         self.process_name = process_obj.name
         self.backend = self.target.backend()

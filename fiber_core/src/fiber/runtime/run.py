@@ -5,9 +5,11 @@ Where jobs go is a :class:`Target`: a backend name with setting overrides (a con
 of :func:`fiber.get_context`, such as ``get_context("slurm", slurm_partition="gpu")``),
 its backend instance (one per name and overrides), and the hub its jobs reach (one hub
 per listen address, :func:`fiber.wire.transport.get_hub`). The default target follows
-the settings. Objects served by this process (queues, pipes, pools' channels, managers'
-addresses) are served on the hub of the *current* target: the default one, or the one
-a context selects while it creates an object (:func:`using`).
+the settings. A context carries its target (``ctx.run_target()``, a :class:`Carrier`)
+and passes itself (``ctx=``) to every object it makes; an object asks :func:`of` for
+the target of the context it was given, whose hub serves it and whose backend starts
+its jobs. No context (None, or one of multiprocessing's) means the default target,
+the target of the default context (whose start methods all share it).
 
 The wire below knows nothing of settings or backends: what it needs from here (the
 host to listen on) is passed to it by :func:`hub`.
@@ -15,21 +17,19 @@ host to listen on) is passed to it by :func:`hub`.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import os
 import sys
 import threading
 import uuid
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from fiber.backend import Backend, Resources, registry
 from fiber.runtime import config, runs
 from fiber.wire import transport
 
 __all__ = ["run_id", "is_job", "backend", "listen_host", "hub", "Target", "target",
-           "current", "using", "check_not_importing_main"]
+           "Carrier", "carries", "of", "check_not_importing_main"]
 
 RUN_ENV = "_FIBER_RUN"
 #: the module every job runs (``python -m BOOTSTRAP``)
@@ -178,13 +178,20 @@ _targets: dict[tuple[str | None, str], Target] = {}
 # backend instances told that jobs are coming (Backend.expect_jobs), by id
 _told: dict[int, Backend] = {}
 _default_target = Target()
-_current: contextvars.ContextVar[Target | None] = contextvars.ContextVar(
-    "fiber_target", default=None)
+
+
+@runtime_checkable
+class Carrier(Protocol):
+    """What carries a target: a fiber context (:class:`fiber.context.BaseContext`)."""
+
+    def run_target(self) -> Target:
+        """The target of the jobs and objects this carrier makes."""
 
 
 def target(name: str | None = None, overrides: Mapping[str, Any] | None = None) -> Target:
     """The target of backend ``name`` with setting ``overrides`` (one per name and
-    overrides in a process; the overrides are validated here)."""
+    overrides in a process; the overrides are validated here). No name and no
+    overrides: the default target."""
     overrides = dict(overrides or {})
     if name is None and not overrides:
         return _default_target
@@ -199,33 +206,39 @@ def target(name: str | None = None, overrides: Mapping[str, Any] | None = None) 
         return _targets.setdefault(key, made)
 
 
-def current() -> Target:
-    """The target objects are served for now: the one :func:`using` selected, else the
-    default."""
-    return _current.get() or _default_target
+# whether instances of a type are carriers (a runtime-checkable isinstance costs
+# about 10 us on Python 3.11: once per type, not per queue made)
+_carrier_types: dict[type, bool] = {}
 
 
-@contextlib.contextmanager
-def using(selected: Target) -> Iterator[Target]:
-    """Serve objects created in this block for ``selected``'s jobs, and start the
-    processes created here on its backend."""
-    token = _current.set(selected)
-    try:
-        yield selected
-    finally:
-        _current.reset(token)
+def carries(ctx: object) -> TypeGuard[Carrier]:
+    """Whether ``ctx`` is a :class:`Carrier` (a fiber context), not None nor another
+    object (multiprocessing's contexts)."""
+    kind = type(ctx)
+    known = _carrier_types.get(kind)
+    if known is None:
+        known = _carrier_types[kind] = isinstance(ctx, Carrier)
+    return known
+
+
+def of(ctx: object) -> Target:
+    """The target of the context ``ctx``: the one a fiber context carries, else (None,
+    or a context of multiprocessing's) the default target."""
+    if ctx is not None and carries(ctx):
+        return ctx.run_target()
+    return _default_target
 
 
 def backend() -> Backend:
-    """The backend of the current target (the selected by the settings by default)."""
-    return current().backend()
+    """The default target's backend (the one the ``backend`` setting selects)."""
+    return _default_target.backend()
 
 
 def listen_host() -> str:
-    """The address this process's hub binds for the current target's jobs."""
-    return current().listen_host()
+    """The address this process's hub binds for the default target's jobs."""
+    return _default_target.listen_host()
 
 
 def hub() -> transport.Hub:
-    """This process's hub for the current target's jobs, created on first use."""
-    return current().hub()
+    """This process's hub for the default target's jobs, created on first use."""
+    return _default_target.hub()
