@@ -29,11 +29,13 @@ ENGINE_TESTS = {
         "fiber-ssh-search")},
 }
 
-# kinds whose death has no scenario, and why: these two run only at exit for a job
-# that neither its own connection nor its backend could end (a cluster that does not
-# answer); a local job always ends when told, so no program here reaches them (their
-# death is exempt: report_at_exit names the jobs left)
-NOT_YET_COVERED = {"fiber-release", "fiber-end-at-exit"}
+# kinds that run only at exit, for a job that neither its own connection nor its
+# backend could end (a cluster that does not answer): test_a_dead_thread_at_exit_...
+# below reaches them through the fault-injecting backend of tests/fault_plugin
+AT_EXIT = {"fiber-release", "fiber-end-at-exit"}
+
+# kinds whose death has no test yet, and why
+NOT_YET_COVERED: set[str] = set()
 
 # a job's threads: their death is logged in the job (its log), not in the program's
 # output. A job without its heartbeat or output exits with
@@ -394,6 +396,57 @@ def test_the_call_depending_on_a_dead_thread_raises(run_script, kind):
         assert kind in " ".join(message), out
 
 
+AT_EXIT_PROGRAM = """
+import time
+import fiber
+if __name__ == '__main__':
+    p = fiber.Process(target=time.sleep, args=(60,), daemon=True)
+    p.start()
+    while not p._popen._connected:
+        time.sleep(0.01)
+    p._popen._connected = False  # as if it had not said hello yet
+    print(p.job_id, p.pid, flush=True)
+"""
+
+
+@pytest.mark.parametrize("kind", sorted(AT_EXIT))
+def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, kind):
+    """faulty (tests/fault_plugin): the cluster manager does not answer, and the
+    program's daemonic child is marked not connected (a fake standing for a job still
+    queued in a cluster, as in test_teardown), so at exit only the backend could end
+    and free its job, on the threads of ``kind``, which die. The death is logged with
+    its traceback, the exit takes seconds, and its last warning still names the job
+    and says how to end it (no call of the program depends on these threads)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from test_faults import faulty_env
+
+    script = tmp_path / "main.py"
+    script.write_text(AT_EXIT_PROGRAM)
+    env = {**os.environ, **faulty_env(FAULTY_TERMINATE_DOWN="0", FAULTY_POLL_OUTAGE="600"),
+           threads.FAULT_ENV: kind}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
+    took = time.monotonic() - started
+    job_id, pid = done.stdout.split()
+    try:
+        assert done.returncode == 0, done.stderr
+        assert took < 10, (took, done.stderr)
+        assert f"fiber thread {kind}" in done.stderr and f"injected into {kind}" in \
+            done.stderr, done.stderr
+        assert "may still be running" in done.stderr and job_id in done.stderr, done.stderr
+        assert "fiber clean" in done.stderr, done.stderr
+    finally:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_fiber_thread_error_names_the_thread_and_keeps_the_cause():
     """In-process: the helper's own contract (no fake)."""
     import threading
@@ -429,8 +482,8 @@ def test_every_kind_is_covered():
     """Every kind declared in fiber.threads.KINDS has a scenario above, a test against
     its engine, or is listed as not yet covered; a new kind fails this test until it
     gets one."""
-    assert set(threads.KINDS) == set(SCENARIOS) | set(ENGINE_TESTS) | NOT_YET_COVERED
-    assert not set(SCENARIOS) & (NOT_YET_COVERED | set(ENGINE_TESTS))
+    assert set(threads.KINDS) == set(SCENARIOS) | set(ENGINE_TESTS) | AT_EXIT | NOT_YET_COVERED
+    assert not set(SCENARIOS) & (NOT_YET_COVERED | set(ENGINE_TESTS) | AT_EXIT)
     root = os.path.join(os.path.dirname(__file__), "..", "..")
     for kind, path in ENGINE_TESTS.items():
         with open(os.path.join(root, path), encoding="utf-8") as file:
