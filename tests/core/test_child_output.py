@@ -80,3 +80,54 @@ def test_an_unfinished_line_shows_while_the_child_waits(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+PARENT_WRITES_IN_PIECES = """
+import sys, time, fiber
+
+def talk():
+    for i in range(5):
+        print("child line", i, flush=True)
+        time.sleep(0.1)
+
+if __name__ == "__main__":
+    p = fiber.Process(target=talk)
+    p.start()
+    for i in range(8):  # the parent's own lines, each written in pieces meanwhile
+        sys.stdout.write(f"parent line {i} begins ")
+        time.sleep(0.1)
+        sys.stdout.write("and ends\\n")
+    p.join()
+"""
+
+
+def test_a_childs_line_never_lands_inside_a_line_the_parent_is_writing(run_script):
+    """The parent writes its own lines in pieces while its child's lines arrive: every
+    line comes out whole (a child's line used to flush the parent's unfinished one
+    first, and went on after it: 'parent line 0 begins child line 0'). Run buffered, as
+    Python runs by default (PYTHONUNBUFFERED empty): unbuffered, each piece reaches the
+    descriptor at once, and multiprocessing's children cut into them there too."""
+    result = run_script(PARENT_WRITES_IN_PIECES, env={"PYTHONUNBUFFERED": ""})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sorted(lines) == sorted([f"parent line {i} begins and ends" for i in range(8)]
+                                   + [f"child line {i}" for i in range(5)]), lines
+
+
+def test_what_the_parent_printed_before_start_comes_first(run_script):
+    """Buffered (Python's default for a pipe), the parent's line printed before
+    start() shows before the child's lines, as multiprocessing flushes the standard
+    streams when it starts a child; the parent's line printed after start() and not
+    flushed comes at exit, after them, as there."""
+    result = run_script("""
+        import fiber
+        if __name__ == "__main__":
+            print("parent before start")
+            p = fiber.Process(target=print, args=("child line",))
+            p.start()
+            p.join()
+            print("parent after join")
+    """, env={"PYTHONUNBUFFERED": ""})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["parent before start", "child line",
+                                          "parent after join"], result.stdout

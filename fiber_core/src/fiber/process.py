@@ -94,6 +94,7 @@ class Process:
             "daemonic processes are not allowed to have children"
         run.check_not_importing_main()
         _cleanup()
+        util.flush_std_streams()  # what was printed before start() shows before the child's
         from fiber.runtime.popen import JobPopen  # here for start-up time, as above
 
         # its job goes where its context's target says (run.of: None is the default's)

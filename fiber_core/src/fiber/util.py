@@ -48,7 +48,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-__all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr",
+__all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr", "flush_std_streams",
            "MANAGERS", "FINALIZERS", "CHILDREN", "LATE_FINALIZERS", "MAILBOXES", "SHARED_STATE",
            "SHARED_MEMORY", "CONNECTIONS",
            # multiprocessing.util's names
@@ -327,6 +327,16 @@ class ForkAwareLocal(threading.local):
 
     def __reduce__(self) -> tuple[type, tuple[()]]:
         return type(self), ()
+
+
+def flush_std_streams() -> None:
+    """Flush ``sys.stdout`` and ``sys.stderr``, as multiprocessing does before it starts
+    a child (what the parent printed first then shows first); never raises."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
 
 
 def close_all_fds_except(fds: Iterable[int]) -> None:

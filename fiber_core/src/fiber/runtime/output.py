@@ -58,7 +58,16 @@ class LineWriter:
         if self._prefix:
             text = "".join(self._prefix + line for line in text.splitlines(keepends=True))
         try:
-            out.write(text)
-            out.flush()
-        except (OSError, ValueError):
+            # beneath the text layer when there is one: what this process's own print
+            # has written so far of an unfinished line stays in its text layer, so a
+            # child's line never lands in the middle of it (multiprocessing's children
+            # write to the descriptor, below the parent's buffers, likewise)
+            raw = getattr(out, "buffer", None)
+            if raw is not None:
+                raw.write(text.encode(out.encoding or "utf-8", "backslashreplace"))
+                raw.flush()
+            else:
+                out.write(text)
+                out.flush()
+        except (OSError, ValueError, AttributeError, LookupError):
             pass
