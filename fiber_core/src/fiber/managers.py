@@ -8,8 +8,10 @@ fiber reuses the standard library's manager machinery (``Server``, ``BaseProxy``
   listens on TCP at the address that job's backend says other jobs can reach
   (:func:`fiber.runtime.run.listen_host`, e.g. 127.0.0.1 on the local backend); it
   reports the bound address back over a fiber Pipe;
-* the authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`), so any
-  process of the run can use a proxy it received, on any machine;
+* the authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`) unless one is
+  given, so any process of the run can use a proxy it received, on any machine; an
+  authkey given (``BaseManager(address, authkey=b"...")``, as for a manager that other
+  programs connect to) is the one the server checks, as in multiprocessing;
 * connections use the ``"fiber"`` serializer: TCP keepalive and a user timeout make a
   vanished server fail a call within seconds (:class:`fiber.ConnectionLostError`)
   instead of hanging, and an exception raised by a method in the server is re-raised
@@ -96,6 +98,9 @@ class BaseManager(stdlib.BaseManager):
         super().__init__(address, authkey if authkey is not None else auth.get_authkey(),
                          serializer, ctx, **stdlib.manager_init_kwargs(shutdown_timeout))
         self._shutdown_timeout = shutdown_timeout
+        # an authkey the user chose goes to the server's job, which must check it; the
+        # run's secret it has already
+        self._given_authkey = bytes(authkey) if authkey is not None else None
 
     @classmethod
     def register(cls, typeid: str, callable: Callable[..., Any] | None = None,  # noqa: A002
@@ -139,8 +144,8 @@ class BaseManager(stdlib.BaseManager):
         reader, writer = Pipe(duplex=False, ctx=ctx)
         self._process = process_class(
             target=type(self)._run_server,
-            args=(self._registry, self._address, None, self._serializer, writer,
-                  initializer, initargs),
+            args=(self._registry, self._address, self._given_authkey, self._serializer,
+                  writer, initializer, initargs),
             name=type(self).__name__, daemon=True)
         self._process.start()
         self._address = server.await_address(self._process, reader, type(self).__name__)
@@ -152,7 +157,8 @@ class BaseManager(stdlib.BaseManager):
                     initializer: Callable[..., object] | None = None,
                     initargs: Iterable[Any] = ()) -> None:
         """In the server's job: listen at this job's reachable address."""
-        server.serve(cls, registry, address, serializer, writer, initializer, initargs)
+        server.serve(cls, registry, address, serializer, writer, initializer, initargs,
+                     authkey)
 
     _finalize_manager = staticmethod(server.finalize)
 

@@ -107,14 +107,16 @@ def started(manager: Any, finalizer: Callable[..., None]) -> None:
 
 def serve(cls: type, registry: dict[str, Any], address: tuple | None, serializer: str,
           writer: Any, initializer: Callable[..., object] | None = None,
-          initargs: Iterable[Any] = ()) -> None:
+          initargs: Iterable[Any] = (), authkey: bytes | None = None) -> None:
     """In the server's job: listen at this job's reachable address (unless ``address``
-    says otherwise), report it on ``writer`` and serve until asked to stop."""
+    says otherwise), report it on ``writer`` and serve until asked to stop. ``authkey``
+    is the one its manager was given, None for the run's secret."""
     if address is None:
         address = (run.listen_host(), 0)
     share_authkey()
-    stdlib.run_server(cls, registry, address, auth.get_authkey(), serializer, writer,
-                      initializer, initargs)
+    stdlib.run_server(cls, registry, address,
+                      authkey if authkey is not None else auth.get_authkey(), serializer,
+                      writer, initializer, initargs)
 
 
 def finalize(process: ServerProcess, address: tuple, authkey: bytes, state: Any,

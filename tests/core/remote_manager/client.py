@@ -1,0 +1,21 @@
+"""The client of multiprocessing's documented "Using a remote manager" example, for
+tests/core/test_remote_manager.py: ``python client.py MODULE PORT put|get``, another
+program than the server's, connecting with the same authkey."""
+import sys
+
+if sys.argv[1] == "fiber":
+    from fiber.managers import BaseManager
+else:
+    from multiprocessing.managers import BaseManager
+class QueueManager(BaseManager):
+    pass
+QueueManager.register('get_queue')
+if __name__ == "__main__":
+    m = QueueManager(address=('127.0.0.1', int(sys.argv[2])), authkey=b'abracadabra')
+    m.connect()
+    q = m.get_queue()
+    if sys.argv[3] == "put":
+        q.put('hello')
+        print("put")
+    else:
+        print("got", q.get(timeout=10))
