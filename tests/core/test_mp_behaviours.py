@@ -18,7 +18,8 @@ def _program(body: str, module: str) -> str:
     return head + body
 
 
-def _both(run_script, body: str, timeout: float = RUN_TIMEOUT) -> tuple[str, str]:
+def _both(run_script, body: str, timeout: float = RUN_TIMEOUT,
+          env: dict[str, str] | None = None) -> tuple[str, str]:
     """What ``body`` prints under multiprocessing, then under fiber; each run must end
     within ``timeout`` seconds with status 0."""
     import textwrap
@@ -28,7 +29,7 @@ def _both(run_script, body: str, timeout: float = RUN_TIMEOUT) -> tuple[str, str
     for module in ("multiprocessing", "fiber"):
         try:
             result = run_script(_program(body, module), timeout=timeout,
-                                name=f"prog_{module}.py")
+                                name=f"prog_{module}.py", env=env)
         except subprocess.TimeoutExpired:
             pytest.fail(f"the program did not end within {timeout} s under {module}")
         assert result.returncode == 0, (module, result.stdout, result.stderr)
@@ -205,8 +206,14 @@ if __name__ == "__main__":
 
 def test_an_unclosed_running_pool_warns_when_collected(run_script):
     mp_out, fiber_out = _both(run_script, UNCLOSED_POOL)
-    assert fiber_out == mp_out.replace("multiprocessing", "fiber")
-    assert "['unclosed running fiber']" in fiber_out
+    expected = ("3\n['ResourceWarning']\n['unclosed running {}']\n4\n"
+                "warnings of pools ended properly: 0\n")
+    assert fiber_out == expected.format("fiber")
+    # multiprocessing's own pool is not always collected at once (its handler threads
+    # can still hold it, in about half the runs here): when it is, it warns the same way
+    assert mp_out in (expected.format("multiprocessing"),
+                      expected.replace("['ResourceWarning']\n['unclosed running {}']",
+                                       "[]\n[]")), mp_out
 
 
 REMOTE_TRACEBACK = """
@@ -263,3 +270,39 @@ def test_the_parent_fills_in_source_lines_the_worker_cannot_read(run_script):
     assert result.returncode == 0, result.stderr
     assert "main.py\", line 6, in boom\n    raise ValueError(x)\n" in result.stdout, \
         result.stdout
+
+
+LISTENER = """
+import importlib, time
+conn = importlib.import_module("fiber.connection" if getattr(mp, "__name__", "") == "fiber"
+                               else "multiprocessing.connection")
+
+def child(address, family):
+    with conn.Client(address, family) as c:
+        got = c.poll(20)  # polls while its parent waits in accept(), then sleeps
+        print("child polled", got, c.recv() if got else None, flush=True)
+        c.send("thanks")
+
+if __name__ == "__main__":
+    for family, address in (("AF_UNIX", "\\0fiber-test-%d" % time.time_ns()),
+                            ("AF_INET", None)):
+        with conn.Listener(address, family) as listener:
+            p = mp.Process(target=child, args=(listener.address, family))
+            p.start()
+            with listener.accept() as c:
+                time.sleep(0.5)
+                c.send("hello")
+                print(family, "parent got", c.recv(), flush=True)
+            p.join(30)
+        print(family, "child exit code", p.exitcode, flush=True)
+"""
+
+
+def test_listener_as_context_manager_on_an_abstract_address_and_a_polling_client(run_script):
+    """A Listener used as a context manager, on an abstract Unix address and on TCP,
+    its owner waiting in accept() while a child's Client polls: as multiprocessing
+    (the lines of the two processes in any order; buffered, as Python runs by default,
+    so that multiprocessing's processes write whole lines too)."""
+    mp_out, fiber_out = _both(run_script, LISTENER, env={"PYTHONUNBUFFERED": ""})
+    assert sorted(fiber_out.splitlines()) == sorted(mp_out.splitlines())
+    assert fiber_out.count("child polled True hello") == 2
