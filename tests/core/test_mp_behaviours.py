@@ -209,11 +209,12 @@ def test_an_unclosed_running_pool_warns_when_collected(run_script):
     expected = ("3\n['ResourceWarning']\n['unclosed running {}']\n4\n"
                 "warnings of pools ended properly: 0\n")
     assert fiber_out == expected.format("fiber")
-    # multiprocessing's own pool is not always collected at once (its handler threads
-    # can still hold it, in about half the runs here): when it is, it warns the same way
-    assert mp_out in (expected.format("multiprocessing"),
-                      expected.replace("['ResourceWarning']\n['unclosed running {}']",
-                                       "[]\n[]")), mp_out
+    # multiprocessing's own pool is not collected at a fixed moment (its handler threads
+    # can still hold it: here its warning came at once, later, or not at all), so its
+    # output is no oracle for when; when it warns, it is this warning
+    assert mp_out.splitlines()[0] == "3" and "4" in mp_out.splitlines(), mp_out
+    if "ResourceWarning" in mp_out:
+        assert "['unclosed running multiprocessing']" in mp_out, mp_out
 
 
 REMOTE_TRACEBACK = """
