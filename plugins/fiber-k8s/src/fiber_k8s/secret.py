@@ -9,7 +9,11 @@ The backend instance that creates the Secret (the run's first process to start a
 in the namespace) owns it: it counts its pods that use it and deletes it when its last
 one is released, which is at the end of the run at the latest, and creates it again
 for a later job. A process of the run that finds it there (a job that starts jobs of
-its own) uses it without owning it. In a pod, the Secret is also owned (Kubernetes
+its own) uses it without owning it. The counting is the process's, not an
+instance's: several backend instances of one process (a context per backend settings)
+share the run's Secret, and it goes only when the process's last pod using it does (an
+instance that counted alone deleted it under another instance's pods starting: their
+containers failed with 'secret not found'). In a pod, the Secret is also owned (Kubernetes
 ``ownerReferences``) by the pod of the process that created it, so Kubernetes deletes
 it if that process's pod goes without cleaning up; ``fiber clean`` deletes the Secret
 of a run whose last pod it removes.
@@ -47,6 +51,13 @@ def run_of(spec: JobSpec, instance: str) -> str:
     return spec.labels.get(RUN_LABEL) or f"instance-{instance}"
 
 
+# the process's accounting, shared by its backend instances: (namespace, Secret name)
+# -> pods of this process using it, and the Secrets this process created
+_LOCK = threading.Lock()
+_USERS: dict[tuple[str, str], int] = {}
+_OWNED: set[tuple[str, str]] = set()
+
+
 class RunSecrets:
     """The Secrets this backend instance uses (see the module docstring). ``call``
     runs one API call, turning its errors into fiber's (the backend's ``_api``)."""
@@ -58,9 +69,6 @@ class RunSecrets:
         self._instance = instance
         self._owner = owner
         self._managed_by = managed_by
-        self._lock = threading.Lock()
-        self._users: dict[str, int] = {}  # Secret name -> pods of ours using it
-        self._owned: set[str] = set()
 
     def use(self, spec: JobSpec) -> str:
         """The name of the Secret holding ``spec.secrets`` for a new pod, created when
@@ -68,15 +76,17 @@ class RunSecrets:
         was not created)."""
         run = run_of(spec, self._instance)
         name = secret_name(run)
-        with self._lock:
-            if self._users.get(name, 0) == 0:
+        key = (self._namespace(), name)
+        with _LOCK:
+            if _USERS.get(key, 0) == 0:
                 self._create(name, run, spec)
-            self._users[name] = self._users.get(name, 0) + 1
+            _USERS[key] = _USERS.get(key, 0) + 1
         return name
 
     def _create(self, name: str, run: str, spec: JobSpec) -> None:
+        namespace = self._namespace()
         metadata: dict[str, Any] = {
-            "name": name, "namespace": self._namespace(),
+            "name": name, "namespace": namespace,
             "labels": {**names.labels({RUN_LABEL: run}), **self._managed_by}}
         owner = self._owner()
         if owner:
@@ -84,41 +94,42 @@ class RunSecrets:
         body = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
                 "metadata": metadata, "stringData": dict(spec.secrets)}
         try:
-            self._api().create_namespaced_secret(self._namespace(), body)
+            self._api().create_namespaced_secret(namespace, body)
         except ApiException as exc:
             if exc.status != 409:
                 raise
             # there already: another process of the run made it (a job starting jobs)
-            self._owned.discard(name)
+            _OWNED.discard((namespace, name))
             return
-        self._owned.add(name)
-        logger.debug("created Secret %s/%s for run %s", self._namespace(), name, run)
+        _OWNED.add((namespace, name))
+        logger.debug("created Secret %s/%s for run %s", namespace, name, run)
 
     def unuse(self, name: str) -> None:
         """One pod that used the Secret ``name`` is gone; the Secret goes with the
-        last one when this instance created it."""
-        with self._lock:
-            left = self._users.get(name, 0) - 1
+        process's last one when this process created it."""
+        key = (self._namespace(), name)
+        with _LOCK:
+            left = _USERS.get(key, 0) - 1
             if left > 0:
-                self._users[name] = left
+                _USERS[key] = left
                 return
-            self._users.pop(name, None)
-            if name in self._owned:
+            _USERS.pop(key, None)
+            if key in _OWNED:
                 self.delete(name)  # (raises when it cannot: close() tries again)
-                self._owned.discard(name)
+                _OWNED.discard(key)
 
     def in_use(self, name: str) -> bool:
-        with self._lock:
-            return self._users.get(name, 0) > 0
+        with _LOCK:
+            return _USERS.get((self._namespace(), name), 0) > 0
 
     def close(self) -> None:
-        """Delete the Secrets this instance created that are left (a deletion that
-        failed before)."""
-        with self._lock:
-            left = [name for name in self._owned if not self._users.get(name)]
-            for name in left:
-                self.delete(name)
-                self._owned.discard(name)
+        """Delete the Secrets of this namespace that this process created and no pod of
+        it uses any more (a deletion that failed before)."""
+        namespace = self._namespace()
+        with _LOCK:
+            for key in [k for k in _OWNED if k[0] == namespace and not _USERS.get(k)]:
+                self.delete(key[1])
+                _OWNED.discard(key)
 
     def delete(self, name: str) -> None:
         try:
