@@ -222,3 +222,32 @@ def test_the_driver_does_not_keep_the_pool_alive():
     assert not driver.is_alive()
     wait_for(lambda: not alive_workers(), 10, "the collected pool's workers exited")
     assert threading.active_count() >= 1
+
+
+def test_stats_and_top_show_the_adapt_state():
+    """In-process: the snapshot ``fiber top`` gets (runtime/status.py) and its view
+    carry the settings, the wanted size and the last decisions with their reasons."""
+    from rich.console import Console
+
+    from fiber import top
+    from fiber.runtime import status
+
+    with fiber.Pool(1) as pool:
+        pool.adapt(minimum=0, maximum=3, idle_timeout=0.2, growth=1.5)
+        assert pool.map(nap_square, range(12), chunksize=1) == [x * x for x in range(12)]
+        wait_for(lambda: counted(pool.stats()) == 0, 10, "the pool gave back its workers")
+        stats = pool.stats()
+        assert (stats.adapt.minimum, stats.adapt.maximum, stats.adapt.idle_timeout,
+                stats.adapt.growth, stats.adapt.wanted) == (0, 3, 0.2, 1.5, 0)
+        reasons = [reason for _, reason in stats.adapt.decisions]
+        assert any(r.startswith("start ") for r in reasons), reasons
+        assert reasons[-1].startswith("give back ") and "wanted 0 in [0, 3]" in reasons[-1]
+        view = status.pool_status(1, stats)
+        assert view["adapt"]["wanted"] == 0 and view["adapt"]["decisions"]
+        snap = {"program": {"pid": 1, "run": "r", "backend": "local", "since": 0,
+                            "argv": ["x"]}, "time": 1.0, "pools": [view]}
+        console = Console(width=200, record=True)
+        console.print(top.render(snap, []))
+        text = console.export_text()
+        assert "adapting [0, 3] idle timeout 0.2 s, growth 1.5: wanted 0" in text, text
+        assert reasons[-1][:60] in text, text
