@@ -30,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from fiber import util
 from fiber.backend import Resources
@@ -38,8 +38,6 @@ from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
 from fiber.runtime.pool import feeder, observe
-from fiber.runtime.pool.adapt import Adapter, AdaptStats
-from fiber.runtime.pool.adapt_policy import Settings
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
@@ -56,6 +54,9 @@ from fiber.runtime.pool.workers import WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
 
+if TYPE_CHECKING:  # loaded by the first adapt() (pool.py's import stays as light as it was)
+    from fiber.runtime.pool.adapt import Adapter, AdaptStats
+
 __all__ = ["Pool", "PoolStats", "WorkerStats", "AdaptStats", "RunningTask", "TaskError", "AsyncResult", "ApplyResult", "MapResult",
            "IMapIterator", "IMapUnorderedIterator"]
 
@@ -68,6 +69,11 @@ __all__ += _FROM_MULTIPROCESSING
 
 
 def __getattr__(name: str) -> Any:
+    if name == "AdaptStats":
+        from fiber.runtime.pool.adapt import AdaptStats
+
+        globals()[name] = AdaptStats
+        return AdaptStats
     if name in _FROM_MULTIPROCESSING:
         import multiprocessing.pool
 
@@ -352,6 +358,9 @@ class Pool:
                              f"({self._min})")
         idle_timeout = _seconds("idle_timeout", idle_timeout, allow_zero=True)
         growth = _seconds("growth", growth, allow_zero=False)
+        from fiber.runtime.pool.adapt import Adapter
+        from fiber.runtime.pool.adapt_policy import Settings
+
         settings = Settings(minimum, maximum, idle_timeout, growth)
         with self._lock:
             self._scheduler.check_running()
