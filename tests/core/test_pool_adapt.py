@@ -251,3 +251,16 @@ def test_stats_and_top_show_the_adapt_state():
         text = console.export_text()
         assert "adapting [0, 3] idle timeout 0.2 s, growth 1.5: wanted 0" in text, text
         assert reasons[-1][:60] in text, text
+
+
+def test_workers_per_job_jobs_end_with_their_last_worker():
+    """workers_per_job=2: the pool still counts workers; once both workers of each job
+    are given back, the jobs end, and the next map starts new ones."""
+    with fiber.Pool(2, workers_per_job=2) as pool:
+        pool.adapt(minimum=0, maximum=4, idle_timeout=0.3)
+        assert pool.map(nap_square, range(16), chunksize=1) == [x * x for x in range(16)]
+        wait_for(lambda: counted(pool.stats()) == 0 and pool.stats().stopping == 0, 10,
+                 "the pool gave back every worker")
+        wait_for(lambda: not alive_workers(), 10, "every job exited")
+        assert pool.map(square, range(20)) == [x * x for x in range(20)]
+        assert pool.stats().lost == 0
