@@ -39,7 +39,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     mode.add_argument("--smoke", dest="mode", action="store_const", const="smoke",
                       help="minimal sizes, 1 repetition: checks the machinery (for tests)")
     r.add_argument("--contenders", help="comma-separated names (default: all installed)")
-    r.add_argument("--kinds", help="comma-separated benchmark kinds to run (default all but faults: "
+    r.add_argument("--kinds", help="comma-separated benchmark kinds to run (default all but faults and adapt: "
                    + ",".join(runner.KINDS) + ")")
     r.add_argument("--backend", help="measure fiber on this backend: starts and stops its "
                    "test engine via tests/engines/NAME.py (compared with mp-fork)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bench import chunks, faults
+from bench import adapt, chunks, faults
 
 logger = logging.getLogger("fiber.bench")
 
@@ -224,7 +224,8 @@ def markdown(data: dict) -> str:
     lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
               *_backends(data), "", *_startup(data), "", *_shared(data), "",
-              *faults.markdown(data), *_floor_section(data), *chunks.section(data), ""]
+              *faults.markdown(data), *_floor_section(data), *chunks.section(data), "",
+              *adapt.section(data)]
     return "\n".join(lines)
 
 

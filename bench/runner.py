@@ -41,6 +41,8 @@ MODES: dict[str, dict] = {
         "faults_workers": 2, "faults_outage": 1.0,
         "floor_blocks": 1, "floor_calls": 20, "floor_rounds": 10,
         "chunks_items": 2000, "chunks_sizes": [1, 100], "chunks_reps": 1,
+        "adapt_workers": 2, "adapt_bursts": 2, "adapt_tasks": 10, "adapt_task_seconds": 0.01,
+        "adapt_period": 2.0, "adapt_idle_timeout": 0.3, "adapt_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -67,6 +69,10 @@ MODES: dict[str, dict] = {
         "floor_blocks": 5, "floor_calls": 200, "floor_rounds": 100,
         # explicit chunk sizes (bench/chunks.py): 100,000 items, one repetition
         "chunks_items": 100_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 1,
+        # the bursty trace on a fixed and an adaptive pool (bench/adapt.py; --kinds adapt
+        # only): 4 bursts of 100 x 20 ms on 5 workers, one every 10 s
+        "adapt_workers": 5, "adapt_bursts": 4, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
+        "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -83,6 +89,8 @@ MODES: dict[str, dict] = {
         "faults_workers": 10, "faults_outage": 10.0,
         "floor_blocks": 9, "floor_calls": 500, "floor_rounds": 200,
         "chunks_items": 1_000_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 3,
+        "adapt_workers": 5, "adapt_bursts": 6, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
+        "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 3,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -92,7 +100,10 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "faults": fiber only, and only when asked for (--kinds faults: it freezes engines)
 # "floor": fiber (local) only; its run measures raw sockets and mp-fork too (bench/floor.py)
 # "chunks": fiber, mp-fork and mp-spawn (bench/chunks.py)
-KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks")
+# "adapt": fiber (local) only, and only when asked for (--kinds adapt: its trace is
+# mostly idle time, 40 s a repetition in --quick); bench/adapt.py
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt")
+OPT_IN = ("faults", "adapt")  # kinds run only when named
 
 
 def _env() -> dict[str, str]:
@@ -148,7 +159,8 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     for every contender asked for, and the names of the heavy ones."""
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
-                                  "shared": [], "faults": [], "floor": [], "chunks": []}
+                                  "shared": [], "faults": [], "floor": [], "chunks": [],
+                                  "adapt": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -171,9 +183,10 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
                 jobs["floor"].append(c.name)
+                jobs["adapt"].append(c.name)
     jobs["ipc"].append("memcpy")
-    if kinds is None:  # faults only when asked for
-        jobs = {k: v for k, v in jobs.items() if k != "faults"}
+    if kinds is None:  # faults and adapt only when asked for
+        jobs = {k: v for k, v in jobs.items() if k not in OPT_IN}
     else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
         for name, st in status.items():
@@ -217,6 +230,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "faults" and rep >= cfg["faults_reps"]:
                     continue
                 if kind == "chunks" and rep >= cfg["chunks_reps"]:
+                    continue
+                if kind == "adapt" and rep >= cfg["adapt_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

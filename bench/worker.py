@@ -206,8 +206,16 @@ def run_chunks(name: str, cfg: dict, result: dict) -> None:
                                                      cfg["chunks_sizes"]))
 
 
+def run_adapt(name: str, cfg: dict, result: dict) -> None:
+    """A bursty trace on a fixed pool and on an adaptive one (bench/adapt.py)."""
+    from bench import adapt
+
+    _record(result, "adapt", lambda: adapt.measure(cfg))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
-         "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks}
+         "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks,
+         "adapt": run_adapt}
 
 
 def main(argv: list[str]) -> int:

@@ -123,6 +123,14 @@ if __name__ == "__main__":
             pool.map(abs, range(8))
     report(run)
 """, "FiberThreadError"),
+    # (adapting from 1 worker: the driver dies at once, the pool breaks with its error)
+    "fiber-pool-adapt": ("""
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        pool.adapt(minimum=0, maximum=2)
+        time.sleep(0.5)  # (the driver has died by now)
+        report(lambda: pool.map(abs, range(8)))
+""", "FiberThreadError"),
     "fiber-pool-feeder": ("""
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:

@@ -22,6 +22,7 @@ The class here is the public face; the work is done in :mod:`fiber.runtime.pool`
 from __future__ import annotations
 
 import functools
+import math
 import os
 import threading
 import time
@@ -29,7 +30,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from fiber import util
 from fiber.backend import Resources
@@ -53,7 +54,10 @@ from fiber.runtime.pool.workers import WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
 
-__all__ = ["Pool", "PoolStats", "WorkerStats", "RunningTask", "TaskError", "AsyncResult", "ApplyResult", "MapResult",
+if TYPE_CHECKING:  # loaded by the first adapt() (pool.py's import stays as light as it was)
+    from fiber.runtime.pool.adapt import Adapter, AdaptStats
+
+__all__ = ["Pool", "PoolStats", "WorkerStats", "AdaptStats", "RunningTask", "TaskError", "AsyncResult", "ApplyResult", "MapResult",
            "IMapIterator", "IMapUnorderedIterator"]
 
 # multiprocessing.pool's own classes, loaded on first use (5 ms of imports):
@@ -65,6 +69,11 @@ __all__ += _FROM_MULTIPROCESSING
 
 
 def __getattr__(name: str) -> Any:
+    if name == "AdaptStats":
+        from fiber.runtime.pool.adapt import AdaptStats
+
+        globals()[name] = AdaptStats
+        return AdaptStats
     if name in _FROM_MULTIPROCESSING:
         import multiprocessing.pool
 
@@ -133,6 +142,7 @@ class PoolStats:
     errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
     # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
     recalled: int = 0
+    adapt: AdaptStats | None = None  # the adaptive pool's state (None: not adapting)
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -148,6 +158,25 @@ def _worker_process(address: str, cid: int, initializer: Callable[..., object] |
     return process_class(target=worker_group, name=f"PoolWorkers-{wids[0]}-{wids[-1]}",
                          daemon=True, args=(address, cid, wids, initializer, initargs),
                          resources=None if resources is None else resources.scaled(len(wids)))
+
+
+def _count(name: str, value: Any, least: int) -> int:
+    """An int (not a bool) of at least ``least`` (adapt's bounds)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if value < least:
+        raise ValueError(f"{name} must be at least {least}, not {value}")
+    return value
+
+
+def _seconds(name: str, value: Any, *, allow_zero: bool) -> float:
+    """A finite real number, positive (or 0 with ``allow_zero``): adapt's knobs."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise ValueError(f"{name} must be a finite number "
+                         f"{'of at least 0' if allow_zero else 'above 0'}, not {value}")
+    return float(value)
 
 
 def _check_callbacks(callback: object, error_callback: object) -> None:
@@ -210,6 +239,7 @@ class Pool:
             raise ValueError("maxtasksperchild must be a positive int or None")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
+        self._min_given = min_processes is not None
         self._min = 1 if min_processes is None else arguments.positive_int(
             "min_processes", min_processes)
         self._max = None if max_processes is None else arguments.positive_int(
@@ -237,6 +267,7 @@ class Pool:
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
+        self._changed = changed
         # the feeders of running imaps: woken, as the supervisor, when the table
         # notifies (close, terminate); the closure does not hold the pool
         self._feeders: set[Feeder] = set()
@@ -253,6 +284,7 @@ class Pool:
         hub = target.hub()
         self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
         self._address = hub.stream_address
+        self._adapter: Adapter | None = None
         self._worker_set = WorkerSet(
             self, self._scheduler, changed,
             functools.partial(_worker_process, self._address, self._cid, initializer,
@@ -288,10 +320,55 @@ class Pool:
 
     def resize(self, processes: int) -> None:
         """fiber extension: grow or shrink the pool while it runs. A worker that is let
-        go finishes the tasks it holds first. Checked as ``Pool(processes)`` is."""
+        go finishes the tasks it holds first. Checked as ``Pool(processes)`` is. On an
+        adapting pool (:meth:`adapt`) it turns adapting off: the pool keeps the size
+        given from then on."""
         processes = arguments.pool_size(processes)
         self._check_size(processes)
-        self._worker_set.resize(processes)
+        with self._lock:
+            self._scheduler.check_running()
+            if self._adapter is not None:
+                self._adapter.stop()
+                self._adapter = None
+            self._worker_set.resize(processes)
+
+    def adapt(self, minimum: int = 0, maximum: int | None = None, *,
+              idle_timeout: float = 30.0, growth: float = 2.0) -> None:
+        """fiber extension (named after dask's ``Cluster.adapt``): from now on the pool
+        sizes itself between ``minimum`` and ``maximum`` workers: it grows while tasks
+        wait (one worker per queued task, at most ``growth`` times the workers up
+        coming at once, 4 however few are up), and gives back a worker that has been
+        idle ``idle_timeout`` seconds, down to ``minimum`` (0: no worker between
+        bursts; the next task starts one). Workers whose job the cluster still queues
+        count as coming, and are cancelled when no longer needed; a worker is given
+        back only between tasks. ``maximum`` defaults to ``max_processes``, else to
+        the pool's size. Called again, it changes the settings; :meth:`resize` turns
+        adapting off. See docs/adapt.md."""
+        minimum = _count("minimum", minimum, 0)
+        if maximum is None:
+            maximum = self._max if self._max is not None else self._scheduler.target
+        maximum = _count("maximum", maximum, 1)
+        if maximum < minimum:
+            raise ValueError(f"maximum ({maximum}) must be at least minimum ({minimum})")
+        if self._max is not None and maximum > self._max:
+            raise ValueError(f"maximum ({maximum}) is above the pool's max_processes "
+                             f"({self._max})")
+        if self._min_given and minimum < self._min:
+            raise ValueError(f"minimum ({minimum}) is below the pool's min_processes "
+                             f"({self._min})")
+        idle_timeout = _seconds("idle_timeout", idle_timeout, allow_zero=True)
+        growth = _seconds("growth", growth, allow_zero=False)
+        from fiber.runtime.pool.adapt import Adapter
+        from fiber.runtime.pool.adapt_policy import Settings
+
+        settings = Settings(minimum, maximum, idle_timeout, growth)
+        with self._lock:
+            self._scheduler.check_running()
+            if self._adapter is not None:
+                self._adapter.update(settings)
+            else:
+                self._adapter = Adapter(self._scheduler, self._changed,
+                                        self._worker_set, settings)
 
     def wait_until_workers_up(self, timeout: float | None = None) -> None:
         """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started
@@ -354,7 +431,8 @@ class Pool:
                                         if ws.state == STARTING),
                 throughput=s.meter.rate(s.done + s.failed, now),
                 slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-                recalled=s.recalled)
+                recalled=s.recalled,
+                adapt=None if self._adapter is None else self._adapter.stats())
 
     @property
     def _pool(self) -> list[Process]:
@@ -387,10 +465,18 @@ class Pool:
         result._direct = functools.partial(wait_directly, task, result)
         return result
 
+    def _size_hint(self) -> int:
+        """The workers a map is chunked for: the pool's size, or an adapting pool's
+        maximum (it may have no worker when the map comes)."""
+        adapter = self._adapter
+        if adapter is not None:
+            return max(1, adapter.settings.maximum)
+        return max(1, self._scheduler.target)
+
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
                 kind: int, sink: Any) -> Any:
         if chunksize is None:
-            chunksize, extra = divmod(len(items), self._scheduler.target * 4)
+            chunksize, extra = divmod(len(items), self._size_hint() * 4)
             chunksize = max(1, chunksize + (1 if extra else 0))
         else:  # (multiprocessing's map hangs on a float, returns [] for 0)
             chunksize = arguments.chunksize(chunksize)
@@ -448,7 +534,7 @@ class Pool:
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T]) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
-        limit = feeder.window(self._scheduler.target, chunksize) * chunksize
+        limit = feeder.window(self._size_hint(), chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread or a copy
@@ -498,6 +584,9 @@ class Pool:
         self._worker_set.join()
         with self._lock:
             feeders = list(self._feeders)
+            adapter = self._adapter
+        if adapter is not None and adapter.thread is not threading.current_thread():
+            adapter.thread.join()
         for feed in feeders:
             feed.thread.join()
 

@@ -51,6 +51,7 @@ KINDS: dict[str, str] = {
     # the parent's runtime
     "fiber-monitor": "polls a backend for the statuses of its jobs",
     "fiber-pool-supervisor": "keeps a pool at its size (starts its workers)",
+    "fiber-pool-adapt": "sizes an adaptive pool (Pool.adapt): starts and gives back workers",
     "fiber-pool-feeder": "reads an imap's input and submits it",
     "fiber-progress": "draws a map's progress bar",
     "fiber-end": "asks a backend to end jobs",

@@ -97,6 +97,16 @@ def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
         counts.add_row("", str(t["queued"]), str(t["running"]), str(t["done"]),
                        str(t["failed"]), f"{pool['throughput']:.1f}", "", "")
         body: list[Any] = [counts]
+        adapt = pool.get("adapt")
+        if adapt:
+            text = Text()
+            text.append(f"adapting [{adapt['minimum']}, {adapt['maximum']}] idle timeout "
+                        f"{adapt['idle_timeout']:g} s, growth {adapt['growth']:g}: "
+                        f"wanted {adapt['wanted']}", style="bold")
+            for when, reason in adapt["decisions"][-3:]:
+                text.append(f"\n{time.strftime('%H:%M:%S', time.localtime(when))} {reason}",
+                            style="dim")
+            body.append(text)
         if pool["slowest"]:
             slow = Table(title="slowest running tasks", title_justify="left",
                          expand=True, box=None)

@@ -190,6 +190,9 @@ def pool_status(pool_id: int, stats: Any) -> dict[str, Any]:
         "slowest": [dataclasses.asdict(t) for t in stats.slowest],
         "errors": [dataclasses.asdict(e) for e in stats.errors],
         "worker_list": [_worker(ws) for ws in stats.workers],
+        # an adaptive pool's settings, wanted size and last decisions (Pool.adapt)
+        "adapt": None if getattr(stats, "adapt", None) is None
+        else dataclasses.asdict(stats.adapt),
     }
 
 

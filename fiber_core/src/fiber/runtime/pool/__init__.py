@@ -8,5 +8,7 @@
   send;
 * :mod:`~fiber.runtime.pool.worker`: the loop a worker runs in its job;
 * :mod:`~fiber.runtime.pool.results`: the result objects;
-* :mod:`~fiber.runtime.pool.feeder`: the thread that reads an ``imap``'s input lazily.
+* :mod:`~fiber.runtime.pool.feeder`: the thread that reads an ``imap``'s input lazily;
+* :mod:`~fiber.runtime.pool.adapt`: the driver of ``Pool.adapt`` (sizes the pool by
+  :mod:`~fiber.runtime.pool.adapt_policy`, a pure function of its state).
 """

@@ -256,6 +256,9 @@ class Scheduler:
         self.lost_workers = 0  # workers that ended without being let go
         self.replaced = 0  # workers started in place of lost ones
         self._unreplaced = 0
+        # adapting (runtime/pool/adapt.py): a lost worker lowers the target, so that it
+        # is replaced only if the adaptive policy still wants it
+        self.adaptive = False
         self.errors = observe.errors_deque()  # the last failures (channel.py records them)
         # seconds a task (a call, or a chunk of a map) has taken lately: None until
         # measured (:meth:`timed`); long tasks are not batched
@@ -730,6 +733,8 @@ class Scheduler:
         if not (w.stopping or w.dismissed):
             self.lost_workers += 1
             self._unreplaced += 1
+            if self.adaptive and self.target > 0:
+                self.target -= 1
         # the running batch's tasks without a result: the first was in progress, the
         # others had not started (the worker runs a batch in order and sends each
         # result as its task finishes); the batch held ahead had not started either

@@ -316,6 +316,19 @@ class WorkerSet:
                     self._retire(w)
             self._changed.notify_all()
 
+    def retire_worker(self, w: Worker) -> None:
+        """Let ``w`` go as :meth:`resize` does (the adaptive pool's driver; the lock is
+        held): it finishes what it holds, a job not connected yet is ended."""
+        self._retire(w)
+
+    def alive(self) -> bool:
+        """Whether the pool is neither collected nor ended at exit."""
+        return self.finalizer.still_active()
+
+    def break_pool(self, exc: BaseException) -> None:
+        """The pool cannot go on (a thread it depends on died): as a failed start."""
+        self._break(exc)
+
     def _retire(self, w: Worker) -> None:
         self._scheduler.retire(w)
         # a job that has not connected yet is ended, unless it runs other workers that
