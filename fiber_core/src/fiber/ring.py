@@ -10,7 +10,8 @@ fiber Queue, rank 0 also a free port there; the parent then sends every member r
 ``LOCAL_WORLD_SIZE`` in its environment (and, unless set, ``GLOO_SOCKET_IFNAME`` to the
 interface of the member's reachable address, e.g. ``lo`` on the local backend), so
 ``torch.distributed.init_process_group("gloo")`` needs no more arguments; then it
-calls ``initializer(*initargs)`` and ``func(rank, world_size)``. :func:`context`
+calls ``initializer(*initargs)`` and ``func(rank, world_size)`` (an initializer of
+uber/fiber's form, ``init(ring)``, is given a view of the ring: :mod:`fiber.uber_ring`). :func:`context`
 returns the same facts as a :class:`RingContext` inside a member.
 
 ``run()`` returns the members' results in rank order. If a member raises, or its job
@@ -132,7 +133,10 @@ def _member(rank: int, world_size: int, reports: Queue, inbox: Queue,
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     try:
         if initializer is not None:
-            initializer(*initargs)
+            from fiber import uber_ring  # (uber/fiber's initializer(ring) too)
+
+            uber_ring.call_initializer(initializer, initargs, rank, world_size,
+                                       (master_addr, master_port))
         result = func(rank, world_size)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         import traceback
@@ -147,7 +151,7 @@ class Ring:
 
     def __init__(self, processes: int, func: Callable[[int, int], Any],
                  initializer: Callable[..., object] | None = None,
-                 initargs: Iterable[Any] = (), *, ctx: Any = None) -> None:
+                 initargs: Iterable[Any] | None = (), *, ctx: Any = None) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes must be a positive int, not {processes!r}")
         if not callable(func):
@@ -157,7 +161,7 @@ class Ring:
         self.processes = processes
         self.func = func
         self.initializer = initializer
-        self.initargs = tuple(initargs)
+        self.initargs = tuple(initargs) if initargs is not None else ()  # uber/fiber's None
         self.members: list[Process] = []
         # the context its members and rendezvous queues are of (``ctx.Ring``; None:
         # the default context's)
