@@ -26,6 +26,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -94,11 +95,12 @@ def _listening_in(namespace: str, port: int) -> bool:
     return str(port) in done.stdout
 
 
-def _started_server(module: str, host: str, env: dict[str, str]
+def _started_server(module: str, host: str, env: dict[str, str],
+                    namespaces: Sequence[str] = ()
                     ) -> tuple[list[str], list[str], list[str], tuple[str, int]]:
     """Run start_server.py at ``(host, port)`` and the two clients against the address
-    it reports: (its lines, the clients' lines, the hosts' namespaces it listened in,
-    that address)."""
+    it reports: (its lines, the clients' lines, which of the hosts' ``namespaces`` it
+    listened in, that address)."""
     port = _free_port()
     server = subprocess.Popen([sys.executable, str(HERE / "start_server.py"), module, host,
                                str(port)], env=env, stdin=subprocess.PIPE,
@@ -110,8 +112,7 @@ def _started_server(module: str, host: str, env: dict[str, str]
         where = out.next().split()
         address = (where[0], int(where[1]))
         assert address[1] == port, where
-        listening = [ns for ns in env.get("_NAMESPACES", "").split() if ns
-                     and _listening_in(ns, port)]
+        listening = [ns for ns in namespaces if _listening_in(ns, port)]
         outputs = _clients(address[0], port, module, env)
         server.stdin.close()
         lines.append(out.next())
@@ -134,14 +135,14 @@ def test_a_manager_started_on_an_ssh_host_serves_programs_here(ssh_hosts, bind):
     ``"any"``: both hosts, address ``('', port)``, the manager reports the address of
     the host its job runs on."""
     h1 = ssh_hosts["hosts"][0]
-    env = dict(os.environ, FIBER_BACKEND="ssh",
-               _NAMESPACES=" ".join(ssh_hosts["namespaces"]))
+    env = dict(os.environ, FIBER_BACKEND="ssh")
     if bind == "host":
         env["FIBER_SSH_HOSTS"] = os.environ["FIBER_SSH_HOSTS"].split(",")[0]
         assert h1["address"] in env["FIBER_SSH_HOSTS"]
     host = h1["address"] if bind == "host" else ""
     try:
-        lines, outputs, listening, address = _started_server("fiber", host, env)
+        lines, outputs, listening, address = _started_server("fiber", host, env,
+                                                             ssh_hosts["namespaces"])
         expected_lines, expected_outputs = _documented_output(
             "127.0.0.1" if bind == "host" else "")
         assert (lines, outputs) == (expected_lines, expected_outputs)
