@@ -232,3 +232,22 @@ def test_a_ring_initializer_of_fibers_form_is_called_with_initargs():
     assert not takes_the_ring(ubers, (1,))
     assert not takes_the_ring(two, ())
     assert not takes_the_ring(print, ())
+
+
+@fiber.meta(gpu=1)
+def _gpu_member(rank, world_size):
+    return rank
+
+
+def test_a_ring_members_jobs_ask_for_what_its_func_requests():
+    """uber/fiber's Ring example asks a GPU per member with ``@fiber.meta(gpu=1)`` on
+    the ring's function: the members' jobs ask for it (uber/fiber's Ring passed the
+    function's requests on). The local backend has no GPUs, so ``run()`` raises its
+    ConfigError at once, no member left. Before, the request was dropped silently and
+    the ring ran."""
+    import fiber.ring
+
+    ring = fiber.ring.Ring(2, _gpu_member)
+    with pytest.raises(ConfigError, match="cannot honour a gpu request"):
+        ring.run(timeout=120)
+    assert not any(member.is_alive() for member in ring.members)

@@ -14,6 +14,9 @@ calls ``initializer(*initargs)`` and ``func(rank, world_size)`` (an initializer 
 uber/fiber's form, ``init(ring)``, is given a view of the ring: :mod:`fiber.uber_ring`). :func:`context`
 returns the same facts as a :class:`RingContext` inside a member.
 
+Each member's job asks for the resources of ``func``'s ``@fiber.meta`` (as uber/fiber's
+Ring did: its example asks a GPU per member with ``@fiber.meta(gpu=1)``).
+
 ``run()`` returns the members' results in rank order. If a member raises, or its job
 ends without a result, the other members are terminated and ``run()`` raises
 :class:`RingError` naming the member.
@@ -181,17 +184,21 @@ class Ring:
         process_class = ctx.Process if ctx is not None else Process
         reports = Queue(ctx=ctx)
         inboxes = [Queue(ctx=ctx) for _ in range(self.processes)]
+        # the members run _member, not func: func's @fiber.meta requests are theirs
+        requests = getattr(self.func, "__fiber_meta__", None) or None
         self.members = [
             process_class(target=_member, name=f"ring-{rank}",
                     args=(rank, self.processes, reports, inboxes[rank], self.func,
-                          self.initializer, self.initargs))
+                          self.initializer, self.initargs), resources=requests)
             for rank in range(self.processes)]
+        started: list[Process] = []
         try:
             for member in self.members:
-                member.start()
+                member.start()  # (may raise: e.g. resources the backend cannot honour)
+                started.append(member)
             return self._collect(reports, inboxes, timeout)
         finally:
-            self._stop()
+            self._stop(started)
 
     def _collect(self, reports: Queue, inboxes: list[Queue],
                  timeout: float | None) -> list[Any]:
@@ -264,12 +271,13 @@ class Ring:
         if timeout is not None and elapsed > timeout:
             raise RingError(f"the ring did not finish within {timeout}s")
 
-    def _stop(self) -> None:
-        """Terminate members still running (after a failure) and join them all."""
-        for member in self.members:
+    def _stop(self, started: list[Process]) -> None:
+        """Terminate the ``started`` members still running (after a failure) and join
+        them all."""
+        for member in started:
             if member.is_alive():
                 member.terminate()
-        for member in self.members:
+        for member in started:
             try:
                 member.join(30)
                 if member.is_alive():
