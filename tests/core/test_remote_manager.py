@@ -89,3 +89,33 @@ def test_a_manager_with_an_authkey_serves_its_own_proxies(run_script):
     """, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["5", "6"]
+
+
+def test_a_manager_started_at_every_address_reports_a_reachable_one(run_script):
+    """``address=('', port)``, as the documentation's server binds: the server job
+    listens on every address of its host and the manager's ``address`` is the one its
+    job is reached at (the local backend's 127.0.0.1), which its own proxies and other
+    programs use; multiprocessing reports 0.0.0.0, which names the program's own
+    machine (tests/ssh/test_remote_manager.py: a job on another host). Before, fiber
+    reported 0.0.0.0 too."""
+    result = run_script("""
+        import socket
+        from fiber.managers import BaseManager
+
+        class M(BaseManager):
+            pass
+
+        M.register("echo", callable=lambda x=1: x)
+
+        if __name__ == "__main__":
+            m = M(address=("", 0), authkey=b"abc")
+            m.start()
+            host, port = m.address
+            print(host, m.echo(5))
+            other = M(address=("127.0.0.1", port), authkey=b"abc")
+            other.connect()
+            print(other.echo(6))
+            m.shutdown()
+    """, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["127.0.0.1", "5", "6"]

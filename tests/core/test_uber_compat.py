@@ -183,3 +183,71 @@ def test_uber_fiber_old_names_run_unchanged_and_say_the_new_ones(script, expecte
     assert result.stdout.splitlines() == expected, (result.stdout, result.stderr)
     for spelling in spellings:
         assert spelling in result.stderr, (spelling, result.stderr)
+
+
+def test_uber_fiber_ring_example_runs_unchanged(tmp_path):
+    """uber/fiber's Ring example in small (``tests/uber_examples/ex_ring.py``): its
+    initializer takes the ring (``init(ring)``: rank, size, ``members[0]``'s ip and
+    port), asks ``get_backend().get_listen_addr()`` for the interface and joins a real
+    torch.distributed gloo group; both members all-reduce. Before, fiber called the
+    initializer with no argument (TypeError in every member)."""
+    pytest.importorskip("torch")
+    result = subprocess.run([sys.executable, str(EXAMPLES / "ex_ring.py")],
+                            capture_output=True, text=True, timeout=240, cwd=tmp_path,
+                            env={**os.environ, "FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    # the members print in either order, each before the ring ends
+    assert sorted(lines[:2]) == ["rank 0 of 2 sum [3.0, 2.0]",
+                                 "rank 1 of 2 sum [3.0, 2.0]"], (result.stdout, result.stderr)
+    assert lines[2:] == ["ring done"], (result.stdout, result.stderr)
+    for spelling in ["fiber.experimental.Ring is deprecated: use fiber.Ring",
+                     "a Ring initializer taking the ring (ring_init(ring), uber/fiber's "
+                     "form) is deprecated: fiber.Ring calls initializer(*initargs)",
+                     "fiber.backend.get_backend() is deprecated"]:
+        assert spelling in result.stderr, (spelling, result.stderr)
+
+
+def test_a_ring_initializer_of_fibers_form_is_called_with_initargs():
+    """Which form an initializer is decides by what can be called: fiber's
+    (``*initargs``) whenever it can, uber/fiber's (one argument, no initargs) only
+    when fiber's cannot."""
+    from fiber.uber_ring import takes_the_ring
+
+    def fibers(*args):
+        pass
+
+    def optional(ring=None):
+        pass
+
+    def ubers(ring):
+        pass
+
+    def two(a, b):
+        pass
+
+    assert not takes_the_ring(fibers, ())
+    assert not takes_the_ring(optional, ())
+    assert takes_the_ring(ubers, ())
+    assert not takes_the_ring(ubers, (1,))
+    assert not takes_the_ring(two, ())
+    assert not takes_the_ring(print, ())
+
+
+@fiber.meta(gpu=1)
+def _gpu_member(rank, world_size):
+    return rank
+
+
+def test_a_ring_members_jobs_ask_for_what_its_func_requests():
+    """uber/fiber's Ring example asks a GPU per member with ``@fiber.meta(gpu=1)`` on
+    the ring's function: the members' jobs ask for it (uber/fiber's Ring passed the
+    function's requests on). The local backend has no GPUs, so ``run()`` raises its
+    ConfigError at once, no member left. Before, the request was dropped silently and
+    the ring ran."""
+    import fiber.ring
+
+    ring = fiber.ring.Ring(2, _gpu_member)
+    with pytest.raises(ConfigError, match="cannot honour a gpu request"):
+        ring.run(timeout=120)
+    assert not any(member.is_alive() for member in ring.members)

@@ -2,9 +2,11 @@
 ``fiber.Ring`` (:mod:`fiber.ring`); importing it from here warns once.
 
 Differences from uber/fiber's Ring: ``initializer`` is called with ``*initargs`` in
-each member before ``func`` (uber/fiber called it with the Ring object), and each member
-finds the ring's address in torch.distributed's variables (``MASTER_ADDR``, ...) or in
-:func:`fiber.ring.context`.
+each member before ``func``, and each member finds the ring's address in
+torch.distributed's variables (``MASTER_ADDR``, ...) or in :func:`fiber.ring.context`;
+an initializer of uber/fiber's form (``init(ring)``, called with the Ring object) is
+still given what uber/fiber's example reads of the ring (:mod:`fiber.uber_ring`), with
+a DeprecationWarning.
 """
 
 from __future__ import annotations

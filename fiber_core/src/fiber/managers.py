@@ -6,8 +6,10 @@ fiber reuses the standard library's manager machinery (``Server``, ``BaseProxy``
 
 * the server runs in a :class:`fiber.Process` (a job on the selected backend) and
   listens on TCP at the address that job's backend says other jobs can reach
-  (:func:`fiber.runtime.run.listen_host`, e.g. 127.0.0.1 on the local backend); it
-  reports the bound address back over a fiber Pipe;
+  (:func:`fiber.runtime.run.listen_host`, e.g. 127.0.0.1 on the local backend), or at
+  the ``address`` given, on the job's host; it reports the bound address back over a
+  fiber Pipe (for a wildcard host, ``('', port)``, the job's reachable address: the
+  program's ``m.address`` must name the job's host, not ``0.0.0.0``);
 * the authkey is the run's secret (:func:`fiber.wire.auth.get_authkey`) unless one is
   given, so any process of the run can use a proxy it received, on any machine; an
   authkey given (``BaseManager(address, authkey=b"...")``, as for a manager that other

@@ -10,8 +10,12 @@ fiber Queue, rank 0 also a free port there; the parent then sends every member r
 ``LOCAL_WORLD_SIZE`` in its environment (and, unless set, ``GLOO_SOCKET_IFNAME`` to the
 interface of the member's reachable address, e.g. ``lo`` on the local backend), so
 ``torch.distributed.init_process_group("gloo")`` needs no more arguments; then it
-calls ``initializer(*initargs)`` and ``func(rank, world_size)``. :func:`context`
+calls ``initializer(*initargs)`` and ``func(rank, world_size)`` (an initializer of
+uber/fiber's form, ``init(ring)``, is given a view of the ring: :mod:`fiber.uber_ring`). :func:`context`
 returns the same facts as a :class:`RingContext` inside a member.
+
+Each member's job asks for the resources of ``func``'s ``@fiber.meta`` (as uber/fiber's
+Ring did: its example asks a GPU per member with ``@fiber.meta(gpu=1)``).
 
 ``run()`` returns the members' results in rank order. If a member raises, or its job
 ends without a result, the other members are terminated and ``run()`` raises
@@ -132,7 +136,10 @@ def _member(rank: int, world_size: int, reports: Queue, inbox: Queue,
         os.environ.setdefault("GLOO_SOCKET_IFNAME", interface)
     try:
         if initializer is not None:
-            initializer(*initargs)
+            from fiber import uber_ring  # (uber/fiber's initializer(ring) too)
+
+            uber_ring.call_initializer(initializer, initargs, rank, world_size,
+                                       (master_addr, master_port))
         result = func(rank, world_size)
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         import traceback
@@ -147,7 +154,7 @@ class Ring:
 
     def __init__(self, processes: int, func: Callable[[int, int], Any],
                  initializer: Callable[..., object] | None = None,
-                 initargs: Iterable[Any] = (), *, ctx: Any = None) -> None:
+                 initargs: Iterable[Any] | None = (), *, ctx: Any = None) -> None:
         if not isinstance(processes, int) or isinstance(processes, bool) or processes < 1:
             raise ValueError(f"processes must be a positive int, not {processes!r}")
         if not callable(func):
@@ -157,7 +164,7 @@ class Ring:
         self.processes = processes
         self.func = func
         self.initializer = initializer
-        self.initargs = tuple(initargs)
+        self.initargs = tuple(initargs) if initargs is not None else ()  # uber/fiber's None
         self.members: list[Process] = []
         # the context its members and rendezvous queues are of (``ctx.Ring``; None:
         # the default context's)
@@ -177,17 +184,21 @@ class Ring:
         process_class = ctx.Process if ctx is not None else Process
         reports = Queue(ctx=ctx)
         inboxes = [Queue(ctx=ctx) for _ in range(self.processes)]
+        # the members run _member, not func: func's @fiber.meta requests are theirs
+        requests = getattr(self.func, "__fiber_meta__", None) or None
         self.members = [
             process_class(target=_member, name=f"ring-{rank}",
                     args=(rank, self.processes, reports, inboxes[rank], self.func,
-                          self.initializer, self.initargs))
+                          self.initializer, self.initargs), resources=requests)
             for rank in range(self.processes)]
+        started: list[Process] = []
         try:
             for member in self.members:
-                member.start()
+                member.start()  # (may raise: e.g. resources the backend cannot honour)
+                started.append(member)
             return self._collect(reports, inboxes, timeout)
         finally:
-            self._stop()
+            self._stop(started)
 
     def _collect(self, reports: Queue, inboxes: list[Queue],
                  timeout: float | None) -> list[Any]:
@@ -260,12 +271,13 @@ class Ring:
         if timeout is not None and elapsed > timeout:
             raise RingError(f"the ring did not finish within {timeout}s")
 
-    def _stop(self) -> None:
-        """Terminate members still running (after a failure) and join them all."""
-        for member in self.members:
+    def _stop(self, started: list[Process]) -> None:
+        """Terminate the ``started`` members still running (after a failure) and join
+        them all."""
+        for member in started:
             if member.is_alive():
                 member.terminate()
-        for member in self.members:
+        for member in started:
             try:
                 member.join(30)
                 if member.is_alive():

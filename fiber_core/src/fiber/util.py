@@ -351,15 +351,25 @@ _warned: set[str] = set()
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
-def warn_deprecated(spelling: str, message: str) -> None:
+def warn_deprecated(spelling: str, message: str, at: Callable[..., Any] | None = None) -> None:
     """Warn once per process that ``spelling`` is deprecated (a
     :class:`DeprecationWarning` with ``message``, which names the new spelling),
     attributed to the first caller outside fiber, so Python's default filter shows it
-    when that caller is the program's ``__main__``."""
+    when that caller is the program's ``__main__``; or, given ``at``, to that function
+    of the program (the warning is about a function fiber calls, e.g. in a job whose
+    stack is all fiber's), shown when it was defined in ``__main__``."""
     with _lock:
         if spelling in _warned:
             return
         _warned.add(spelling)
+    code = getattr(at, "__code__", None)
+    if code is not None:
+        module = str(getattr(at, "__module__", None) or "")
+        if module == "__mp_main__":  # the program's main module, in a child
+            module = "__main__"
+        warnings.warn_explicit(message, DeprecationWarning, code.co_filename,
+                               code.co_firstlineno, module=module)
+        return
     level, frame = 2, sys._getframe(1)  # stacklevel 2: the caller of this function
     while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE_DIR):
         frame = frame.f_back  # type: ignore[assignment]  # None ends the loop

@@ -4,7 +4,9 @@
 Process and gives this module the process and the reading end of the Pipe over which
 the server reports the address it listens on (:func:`await_address`). In the job,
 :func:`serve` listens at the address that job's backend says other jobs can reach
-(:func:`fiber.runtime.run.listen_host`) and serves until asked to stop.
+(:func:`fiber.runtime.run.listen_host`), or at the address its manager was given,
+reports the address other processes reach it at (a wildcard host replaced by the
+job's reachable one) and serves until asked to stop.
 :func:`finalize` stops it: it asks the server, then terminates and kills the job if it
 does not end. Every manager started in this process is stopped at exit, before fiber
 ends its children (:data:`fiber.util.MANAGERS`).
@@ -116,7 +118,29 @@ def serve(cls: type, registry: dict[str, Any], address: tuple | None, serializer
     share_authkey()
     stdlib.run_server(cls, registry, address,
                       authkey if authkey is not None else auth.get_authkey(), serializer,
-                      writer, initializer, initargs)
+                      _ReachableAddress(writer), initializer, initargs)
+
+
+_WILDCARDS = frozenset({"", "0.0.0.0", "::"})
+
+
+class _ReachableAddress:
+    """The end of the pipe a server job reports its address on, as the standard
+    library's server writes to it: a server bound to every address of its host
+    (``('', port)``, as multiprocessing's documentation binds one that other machines
+    use) reports the address this job is reached at, with the bound port, not
+    ``0.0.0.0``, which the manager's program would take for its own machine."""
+
+    def __init__(self, writer: Any) -> None:
+        self._writer = writer
+
+    def send(self, address: Any) -> None:
+        if isinstance(address, tuple) and address and address[0] in _WILDCARDS:
+            address = (run.listen_host(), *address[1:])
+        self._writer.send(address)
+
+    def close(self) -> None:
+        self._writer.close()
 
 
 def finalize(process: ServerProcess, address: tuple, authkey: bytes, state: Any,
