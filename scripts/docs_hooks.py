@@ -7,6 +7,8 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   from the settings registry (``fiber.runtime.config.CORE_OPTIONS`` and every
   installed plugin's ``Plugin.options``), so no setting is ever missing from it
   (``tests/core/test_docs.py`` checks that);
+* ``<!-- fiber:backend NAME -->`` becomes what the backend NAME declares (the
+  requests it accepts, its capabilities, its secret delivery, its settings);
 * ``<!-- fiber:include PATH -->`` becomes the repository file PATH (a plugin's
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
@@ -75,6 +77,42 @@ def settings_markdown() -> str:
     return "\n".join(rows) + "\n"
 
 
+def backend_markdown(name: str) -> str:
+    """What the backend ``name`` declares, read from its class and its plugin: the
+    ``fiber.Resources`` requests it accepts (others are refused with ``ConfigError``
+    before any job starts), the ``extra`` keys it takes, its optional capabilities, how
+    it delivers the run's secret, and its own settings."""
+    import importlib
+
+    from fiber.backend import registry
+
+    for plugin in registry.plugins():
+        if name in plugin.backends:
+            break
+    else:
+        raise LookupError(f"no installed plugin declares the backend {name!r}")
+    module, _, attribute = plugin.backends[name].partition(":")
+    cls = getattr(importlib.import_module(module), attribute)
+
+    def names(values: Any) -> str:
+        return ", ".join(f"`{v}`" for v in sorted(values)) or "none"
+
+    rows = [
+        "| | |", "|---|---|",
+        f"| package | `{plugin.package}` |",
+        f"| `fiber.Resources` requests it accepts | {names(cls.resource_fields)} |",
+        f"| `extra={{\"{name}\": {{...}}}}` keys | {names(cls.resource_extras)} |",
+        f"| optional capabilities | {names(cls.capabilities)} |",
+        f"| how the run's secret reaches a job | `{cls.secrets_delivery}` |",
+        f"| its settings | {names(o.name for o in plugin.options)} |",
+    ]
+    return ("Generated from the backend's declaration (`" + plugin.backends[name]
+            + "` and its `fiber.backend.Plugin`); a request it does not accept is "
+            "refused with `ConfigError` before any job starts. Its settings are "
+            "described in [configuration](" + "../configuration.md" + ").\n\n"
+            + "\n".join(rows) + "\n")
+
+
 def _rewrite_links(text: str, source: str, page: str) -> str:
     """Relative links of the repository file ``source`` as seen from the site page
     ``page`` (both relative to their roots)."""
@@ -134,13 +172,16 @@ def notebook_markdown(path: Path = NOTEBOOK) -> tuple[str, dict[str, bytes]]:
     nb = json.loads(path.read_text(encoding="utf-8"))
     out: list[str] = []
     images: dict[str, bytes] = {}
-    out.append(f"*This page is [`examples/{path.name}`](#), rendered with the outputs "
-               "stored in it; CI executes it on a Jupyter kernel "
-               "(`tests/examples/test_quickstart_notebook.py`).*\n")
+    note = (f"*This page is `examples/{path.name}`, rendered with the outputs stored "
+            "in it; CI executes it on a Jupyter kernel "
+            "(`tests/examples/test_quickstart_notebook.py`).*\n")
     for cell in nb["cells"]:
         source = "".join(cell.get("source", ""))
         if cell["cell_type"] == "markdown":
             out.append(source + "\n")
+            if note:  # under the notebook's title
+                out.append(note)
+                note = ""
             continue
         if cell["cell_type"] != "code":
             continue
@@ -165,10 +206,7 @@ def notebook_markdown(path: Path = NOTEBOOK) -> tuple[str, dict[str, bytes]]:
             elif kind == "error":
                 out.append("```text\n" + output.get("ename", "") + ": "
                            + output.get("evalue", "") + "\n```\n")
-    text = "\n".join(out)
-    # the link to the notebook itself: a repository file, not a page of the site
-    text = text.replace(f"[`examples/{path.name}`](#)", f"`examples/{path.name}`")
-    return text, images
+    return "\n".join(out), images
 
 
 def on_files(files: Any, config: Any) -> Any:
@@ -182,8 +220,7 @@ def on_files(files: Any, config: Any) -> Any:
                               use_directory_urls=config["use_directory_urls"]))
     if NOTEBOOK.exists():
         page, images = notebook_markdown()
-        files.append(File.generated(config, "quickstart.md",
-                                    content="# Notebook: quick start\n\n" + page))
+        files.append(File.generated(config, "quickstart.md", content=page))
         for name, data in images.items():
             files.append(File.generated(config, name, content=data))
     return files
@@ -209,4 +246,6 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = drop_missing_plots(markdown, page.file.src_uri)
     if "<!-- fiber:settings -->" in markdown:
         markdown = markdown.replace("<!-- fiber:settings -->", settings_markdown())
+    markdown = re.sub(r"<!-- fiber:backend (\S+) -->",
+                      lambda m: backend_markdown(m.group(1)), markdown)
     return include(markdown, page.file.src_uri)

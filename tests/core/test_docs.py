@@ -69,3 +69,16 @@ def test_configuration_page_lists_every_setting() -> None:
         assert row in table, f"setting {option.name} is missing from the generated table"
     page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
     assert "<!-- fiber:settings -->" in page  # where the hook puts the table
+
+
+def test_backend_page_table_is_the_declaration() -> None:
+    from fiber.backend.local.backend import LocalBackend
+
+    table = _hooks().backend_markdown("local")
+    assert "| package | `fiber-core` |" in table
+    accepted = ", ".join(f"`{f}`" for f in sorted(LocalBackend.resource_fields))
+    assert f"| `fiber.Resources` requests it accepts | {accepted} |" in table
+    assert "`local_start_method`" in table
+    for page in ("local", "docker", "ssh", "slurm", "kubernetes"):
+        text = (ROOT / "docs" / "backends" / f"{page}.md").read_text(encoding="utf-8")
+        assert f"<!-- fiber:backend {page} -->" in text
