@@ -13,6 +13,7 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
   same paths as in the repository, so README-style links to them resolve;
+* the docstrings' Sphinx roles (``:class:`X```) are shown as code in the API pages;
 * ``examples/quickstart.ipynb`` becomes the page ``quickstart.md`` (its markdown cells,
   its code cells and the outputs stored in the notebook, its images as PNG files):
   lighter than a notebook plugin, which would pull nbconvert and a kernel into the build.
@@ -238,6 +239,21 @@ def drop_missing_plots(markdown: str, source: str) -> str:
         return f"*({match.group(1)}: no plot in this run)*"
 
     return re.sub(r"!\[([^\]]*)\]\(([^)\s:]+\.png)\)", one, markdown)
+
+
+def _role(match: re.Match[str]) -> str:
+    target = match.group(1)
+    if target.startswith("~"):
+        target = target[1:].rsplit(".", 1)[-1]
+    return f"<code>{target}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """The docstrings cross-reference in Sphinx's roles (``:class:`Job```), which
+    Markdown leaves as text before the code: the API pages show the code alone
+    (``~a.b.C`` as ``C``, as Sphinx shows it)."""
+    return re.sub(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):"
+                  r"<code>([^<]*)</code>", _role, html)
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
