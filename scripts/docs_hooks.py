@@ -1,0 +1,267 @@
+"""MkDocs hooks of fiber's documentation site (mkdocs.yml ``hooks:``; built by
+``bash scripts/docs``).
+
+They put into the site what lives outside ``docs/`` so that it has one source:
+
+* ``<!-- fiber:settings -->`` in a page becomes the table of every setting, generated
+  from the settings registry (``fiber.runtime.config.CORE_OPTIONS`` and every
+  installed plugin's ``Plugin.options``), so no setting is ever missing from it
+  (``tests/core/test_docs.py`` checks that);
+* ``<!-- fiber:backend NAME -->`` becomes what the backend NAME declares (the
+  requests it accepts, its capabilities, its secret delivery, its settings);
+* ``<!-- fiber:include PATH -->`` becomes the repository file PATH (a plugin's
+  README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
+* the benchmark's result pages and plots (``bench/**``) are added to the site at the
+  same paths as in the repository, so README-style links to them resolve;
+* the docstrings' Sphinx roles (``:class:`X```) are shown as code in the API pages;
+* ``examples/quickstart.ipynb`` becomes the page ``quickstart.md`` (its markdown cells,
+  its code cells and the outputs stored in the notebook, its images as PNG files):
+  lighter than a notebook plugin, which would pull nbconvert and a kernel into the build.
+
+The generating functions import nothing of MkDocs, so a test can call them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
+
+# a repository path of a link -> the site page it became (relative to docs/)
+_MOVED = {
+    "README.md": "index.md",
+    "plugins/fiber-docker/README.md": "backends/docker.md",
+    "plugins/fiber-ssh/README.md": "backends/ssh.md",
+    "plugins/fiber-slurm/README.md": "backends/slurm.md",
+    "plugins/fiber-k8s/README.md": "backends/kubernetes.md",
+}
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ").replace("[", "\\[")
+
+
+def _default(option: Any) -> str:
+    if option.default is None:
+        return "none"
+    if isinstance(option.default, bool):
+        return f"`{str(option.default).lower()}`"
+    return f"`{option.default}`"
+
+
+def settings_markdown() -> str:
+    """The table of every setting of the registry: core settings first, then each
+    installed plugin's, with its environment variable, default and help."""
+    from fiber.backend import registry
+    from fiber.runtime.config import CORE_OPTIONS
+
+    rows = ["| setting | environment | default | from | meaning |", "|---|---|---|---|---|"]
+    seen: set[str] = set()
+    groups: list[tuple[str, list[Any]]] = [("fiber-core", list(CORE_OPTIONS))]
+    for plugin in registry.plugins():
+        groups.append((plugin.package, list(plugin.options)))
+    for source, options in groups:
+        for option in options:
+            if option.name in seen:
+                continue
+            seen.add(option.name)
+            choices = ""
+            if option.choices:
+                choices = " (one of " + ", ".join(f"`{c}`" for c in option.choices) + ")"
+            rows.append(f"| `{option.name}` | `{option.env_var}` | {_cell(_default(option))} "
+                        f"| {source} | {_cell(option.help)}{choices} |")
+    return "\n".join(rows) + "\n"
+
+
+def backend_markdown(name: str) -> str:
+    """What the backend ``name`` declares, read from its class and its plugin: the
+    ``fiber.Resources`` requests it accepts (others are refused with ``ConfigError``
+    before any job starts), the ``extra`` keys it takes, its optional capabilities, how
+    it delivers the run's secret, and its own settings."""
+    import importlib
+
+    from fiber.backend import registry
+
+    for plugin in registry.plugins():
+        if name in plugin.backends:
+            break
+    else:
+        raise LookupError(f"no installed plugin declares the backend {name!r}")
+    module, _, attribute = plugin.backends[name].partition(":")
+    cls = getattr(importlib.import_module(module), attribute)
+
+    def names(values: Any) -> str:
+        return ", ".join(f"`{v}`" for v in sorted(values)) or "none"
+
+    rows = [
+        "| | |", "|---|---|",
+        f"| package | `{plugin.package}` |",
+        f"| `fiber.Resources` requests it accepts | {names(cls.resource_fields)} |",
+        f"| `extra={{\"{name}\": {{...}}}}` keys | {names(cls.resource_extras)} |",
+        f"| optional capabilities | {names(cls.capabilities)} |",
+        f"| how the run's secret reaches a job | `{cls.secrets_delivery}` |",
+        f"| its settings | {names(o.name for o in plugin.options)} |",
+    ]
+    return ("Generated from the backend's declaration (`" + plugin.backends[name]
+            + "` and its `fiber.backend.Plugin`); a request it does not accept is "
+            "refused with `ConfigError` before any job starts. Its settings are "
+            "described in [configuration](" + "../configuration.md" + ").\n\n"
+            + "\n".join(rows) + "\n")
+
+
+def _rewrite_links(text: str, source: str, page: str) -> str:
+    """Relative links of the repository file ``source`` as seen from the site page
+    ``page`` (both relative to their roots)."""
+    src_dir = Path(source).parent
+    page_depth = len(Path(page).parent.parts)
+
+    def fix(match: re.Match[str]) -> str:
+        target = match.group(2)
+        if re.match(r"[a-z]+:|#|/", target):
+            return match.group(0)
+        path, _, anchor = target.partition("#")
+        repo_path = Path(*[p for p in (src_dir / path).parts])
+        parts: list[str] = []
+        for part in repo_path.parts:
+            if part == "..":
+                if parts:
+                    parts.pop()
+            elif part != ".":
+                parts.append(part)
+        resolved = "/".join(parts)
+        if resolved in _MOVED:
+            resolved = _MOVED[resolved]
+        elif resolved.startswith("docs/"):
+            resolved = resolved[len("docs/"):]
+        new = "../" * page_depth + resolved + ("#" + anchor if anchor else "")
+        return f"{match.group(1)}({new})"
+
+    return re.sub(r"(!?\[[^\]]*\])\(([^)\s]+)\)", fix, text)
+
+
+def _shift_headings(text: str, levels: int) -> str:
+    out, fenced = [], False
+    for line in text.split("\n"):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and re.match(r"#+ ", line):
+            line = "#" * levels + line
+        out.append(line)
+    return "\n".join(out)
+
+
+def include(markdown: str, page: str) -> str:
+    """Replace each ``<!-- fiber:include PATH -->`` of ``markdown`` (the page
+    ``page``) with the repository file PATH, its links rewritten;
+    ``<!-- fiber:include PATH +N -->`` also moves its headings N levels down."""
+    def one(match: re.Match[str]) -> str:
+        source = match.group(1)
+        text = (ROOT / source).read_text(encoding="utf-8")
+        text = _rewrite_links(text, source, page)
+        return _shift_headings(text, int(match.group(2) or 0))
+
+    return re.sub(r"<!-- fiber:include (\S+)(?: \+(\d))? -->", one, markdown)
+
+
+def notebook_markdown(path: Path = NOTEBOOK) -> tuple[str, dict[str, bytes]]:
+    """The notebook as a markdown page and the images of its outputs (name -> PNG)."""
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    out: list[str] = []
+    images: dict[str, bytes] = {}
+    note = (f"*This page is `examples/{path.name}`, rendered with the outputs stored "
+            "in it; CI executes it on a Jupyter kernel "
+            "(`tests/examples/test_quickstart_notebook.py`).*\n")
+    for cell in nb["cells"]:
+        source = "".join(cell.get("source", ""))
+        if cell["cell_type"] == "markdown":
+            out.append(source + "\n")
+            if note:  # under the notebook's title
+                out.append(note)
+                note = ""
+            continue
+        if cell["cell_type"] != "code":
+            continue
+        out.append("```python\n" + source + "\n```\n")
+        for output in cell.get("outputs", []):
+            kind = output.get("output_type")
+            if kind == "stream":
+                # a progress bar redraws its line with carriage returns: its last frame
+                text = "\n".join(line.rsplit("\r", 1)[-1]
+                                 for line in "".join(output.get("text", "")).split("\n"))
+                if text.strip():
+                    out.append("```text\n" + text.rstrip("\n") + "\n```\n")
+            elif kind in ("execute_result", "display_data"):
+                data = output.get("data", {})
+                if "image/png" in data:
+                    name = f"quickstart-{len(images) + 1}.png"
+                    images[name] = base64.b64decode("".join(data["image/png"]))
+                    out.append(f"![output]({name})\n")
+                elif "text/plain" in data:
+                    out.append("```text\n" + "".join(data["text/plain"]).rstrip("\n")
+                               + "\n```\n")
+            elif kind == "error":
+                out.append("```text\n" + output.get("ename", "") + ": "
+                           + output.get("evalue", "") + "\n```\n")
+    return "\n".join(out), images
+
+
+def on_files(files: Any, config: Any) -> Any:
+    """Add the benchmark's pages and plots and the rendered notebook to the site."""
+    from mkdocs.structure.files import File
+
+    for path in sorted((ROOT / "bench").rglob("*")):
+        if path.suffix in (".md", ".png") and path.is_file():
+            files.append(File(str(path.relative_to(ROOT)), src_dir=str(ROOT),
+                              dest_dir=config["site_dir"],
+                              use_directory_urls=config["use_directory_urls"]))
+    if NOTEBOOK.exists():
+        page, images = notebook_markdown()
+        files.append(File.generated(config, "quickstart.md", content=page))
+        for name, data in images.items():
+            files.append(File.generated(config, name, content=data))
+    return files
+
+
+def drop_missing_plots(markdown: str, source: str) -> str:
+    """A result page of the benchmark harness (``source``, under bench/) links the
+    standard set of plots whether or not its run made them (a run of a few kinds, a
+    backend's run): an image whose file is not there becomes its alt text, marked so."""
+    base = (ROOT / source).parent
+
+    def one(match: re.Match[str]) -> str:
+        if (base / match.group(2)).exists():
+            return match.group(0)
+        return f"*({match.group(1)}: no plot in this run)*"
+
+    return re.sub(r"!\[([^\]]*)\]\(([^)\s:]+\.png)\)", one, markdown)
+
+
+def _role(match: re.Match[str]) -> str:
+    target = match.group(1)
+    if target.startswith("~"):
+        target = target[1:].rsplit(".", 1)[-1]
+    return f"<code>{target}</code>"
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
+    """The docstrings cross-reference in Sphinx's roles (``:class:`Job```), which
+    Markdown leaves as text before the code: the API pages show the code alone
+    (``~a.b.C`` as ``C``, as Sphinx shows it)."""
+    return re.sub(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):"
+                  r"<code>([^<]*)</code>", _role, html)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    """Expand the settings table and the includes of a page."""
+    if page.file.src_uri.startswith("bench/"):
+        markdown = drop_missing_plots(markdown, page.file.src_uri)
+    if "<!-- fiber:settings -->" in markdown:
+        markdown = markdown.replace("<!-- fiber:settings -->", settings_markdown())
+    markdown = re.sub(r"<!-- fiber:backend (\S+) -->",
+                      lambda m: backend_markdown(m.group(1)), markdown)
+    return include(markdown, page.file.src_uri)

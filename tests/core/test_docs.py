@@ -1,0 +1,84 @@
+"""The documentation: README stays a first visit's page (under 200 lines, its two
+commands intact, every link resolving) and the site's configuration page lists every
+setting of the registry (scripts/docs_hooks.py generates it; the site itself is built,
+strict, by ``bash scripts/docs`` in the lint env).
+
+Nothing is faked: the settings come from the real registry of this environment (the
+core's and those of whichever plugins are installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+
+QUICK_START = ("python3 -m venv .venv && .venv/bin/pip install ./fiber_core && "
+               ".venv/bin/python examples/pi.py")
+TEST_COMMAND = "bash scripts/test"
+
+
+def _hooks() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "scripts" / "docs_hooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_readme_is_short() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) < 200, f"README.md has {len(lines)} lines: move detail into docs/"
+
+
+def test_readme_keeps_its_two_commands() -> None:
+    text = README.read_text(encoding="utf-8")
+    blocks = re.findall(r"```sh\n(.*?)```", text, re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines()]
+    assert QUICK_START in commands  # the quick start, as users copy it
+    assert TEST_COMMAND in commands  # .ci/run calls exactly this
+
+
+def test_readme_links_resolve() -> None:
+    text = README.read_text(encoding="utf-8")
+    targets = re.findall(r"\]\(([^)\s#]+)(?:#[^)]*)?\)", text)
+    assert targets
+    missing = [t for t in targets if "://" not in t and not (ROOT / t).exists()]
+    assert not missing, f"README.md links to files that do not exist: {missing}"
+
+
+def test_every_docs_page_is_in_the_site_nav() -> None:
+    nav = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    pages = sorted(str(p.relative_to(ROOT / "docs")) for p in (ROOT / "docs").rglob("*.md"))
+    absent = [p for p in pages if not re.search(rf"^\s*- (.*: )?{re.escape(p)}\s*$", nav, re.M)]
+    assert not absent, f"pages of docs/ missing from mkdocs.yml's nav: {absent}"
+
+
+def test_configuration_page_lists_every_setting() -> None:
+    from fiber.backend import registry
+    from fiber.runtime.config import CORE_OPTIONS
+
+    table = _hooks().settings_markdown()
+    options = [*CORE_OPTIONS, *registry.config_options()]
+    assert len(options) > 10
+    for option in options:
+        row = f"| `{option.name}` | `{option.env_var}` |"
+        assert row in table, f"setting {option.name} is missing from the generated table"
+    page = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    assert "<!-- fiber:settings -->" in page  # where the hook puts the table
+
+
+def test_backend_page_table_is_the_declaration() -> None:
+    from fiber.backend.local.backend import LocalBackend
+
+    table = _hooks().backend_markdown("local")
+    assert "| package | `fiber-core` |" in table
+    accepted = ", ".join(f"`{f}`" for f in sorted(LocalBackend.resource_fields))
+    assert f"| `fiber.Resources` requests it accepts | {accepted} |" in table
+    assert "`local_start_method`" in table
+    for page in ("local", "docker", "ssh", "slurm", "kubernetes"):
+        text = (ROOT / "docs" / "backends" / f"{page}.md").read_text(encoding="utf-8")
+        assert f"<!-- fiber:backend {page} -->" in text
