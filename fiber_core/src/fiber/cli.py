@@ -50,11 +50,12 @@ EPILOG = """examples:
 def versions() -> list[str]:
     """``package version`` of fiber-core and of every installed plugin, with the
     backends each provides."""
-    lines = [f"fiber-core {__version__} (Python {sys.version.split()[0]})"]
     provided: dict[tuple[str, str], list[str]] = {}
     for name, info in sorted(registry.backends().items()):
-        if info.package != "fiber-core":
-            provided.setdefault((info.package, info.version), []).append(name)
+        provided.setdefault((info.package, info.version), []).append(name)
+    core = provided.pop(("fiber-core", __version__), [])
+    lines = [f"fiber-core {__version__} (Python {sys.version.split()[0]}"
+             + (f"; backend {', '.join(core)})" if core else ")")]
     for (package, version), names in sorted(provided.items()):
         lines.append(f"{package} {version} (backend {', '.join(names)})")
     return lines
