@@ -71,9 +71,12 @@ def parse_log_level(value: Any) -> str:
 CORE_OPTIONS = [
     ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
     ConfigOption("image", str, None, "container image of jobs (container backends)"),
-    ConfigOption("cpu", parse_positive_float, None, "cores requested per job"),
-    ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts 4G)"),
-    ConfigOption("gpu", parse_nonnegative_int, None, "GPUs requested per job"),
+    ConfigOption("cpu", parse_positive_float, None,
+                 "cores requested per job (the local backend does not enforce it)"),
+    ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts "
+                 "4G; the local backend does not enforce it)"),
+    ConfigOption("gpu", parse_nonnegative_int, None,
+                 "GPUs requested per job (the local backend refuses it)"),
     ConfigOption(
         "log_level", parse_log_level, "WARNING", "level of the 'fiber' logger",
         ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
