@@ -324,7 +324,8 @@ def _add_top(sub: Any) -> None:
         "(one that has created a Pool) and show, per pool, its workers by state "
         "(pending in the cluster's queue, starting, running, lost, replaced), its tasks "
         "(queued, running, done, failed), throughput, the slowest running tasks and the "
-        "last errors with their remote tracebacks, refreshed every second. It talks to "
+        "last errors with their remote tracebacks, refreshed every second; press q (or "
+        "Ctrl-C) to leave, and it leaves by itself when the program ends. It talks to "
         "the program over the program's own authenticated connection. Needs rich "
         "(pip install './fiber_core[top]' from a clone), except with --once --json.")
     p.add_argument("--pid", type=int,

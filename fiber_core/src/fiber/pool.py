@@ -122,7 +122,8 @@ class PoolStats:
     lost: int  # workers that ended without being let go (died, killed, lost their host)
     replaced: int  # workers started to make up for lost ones
     queued: int  # tasks waiting for a worker
-    running: int  # tasks in the batches workers are running
+    running: int  # tasks in progress: one per worker running a task
+    # (a worker runs its batch one task at a time; the rest of the batch is ``held``)
     held: int  # tasks held by workers: running, or taken in advance
     done: int  # tasks finished with a value
     failed: int  # tasks finished with an error (raised, lost workers, terminate)
@@ -133,6 +134,8 @@ class PoolStats:
     errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
     # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
     recalled: int = 0
+    # the recent tasks' running time, seconds (a moving mean; None before any result)
+    task_seconds: float | None = None
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -347,14 +350,14 @@ class Pool:
                 busy=states.count(BUSY), stopping=states.count(STOPPING),
                 started=s.started, lost=s.lost_workers, replaced=s.replaced,
                 queued=len(s.queue),
-                running=sum(len(w.running()) for w in s.workers.values()),
+                running=observe.in_progress(s.workers.values()),
                 held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
                 workers=workers,
                 pending=observe.pending(ws.process for ws in workers
                                         if ws.state == STARTING),
                 throughput=s.meter.rate(s.done + s.failed, now),
                 slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-                recalled=s.recalled)
+                recalled=s.recalled, task_seconds=s.task_seconds)
 
     @property
     def _pool(self) -> list[Process]:

@@ -55,9 +55,9 @@ from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.backend.local import records
 from fiber.backend.local.template import ForkedChild, ForkServer, TemplateExited
 from fiber.backend.options import ConfigOption
+from fiber.backend.plugin import CONTRACT_VERSION, Plugin
 from fiber.backend.resources import Resources
 from fiber.errors import ConfigError
-from fiber.backend.plugin import CONTRACT_VERSION, Plugin
 
 logger = logging.getLogger("fiber")
 
