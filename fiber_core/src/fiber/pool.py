@@ -391,14 +391,14 @@ class Pool:
         return result
 
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
-                kind: int, sink: Any) -> Any:
+                kind: int, sink: Any, call: str) -> Any:
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._scheduler.target * 4)
             chunksize = max(1, chunksize + (1 if extra else 0))
         else:  # (multiprocessing's map hangs on a float, returns [] for 0)
             chunksize = arguments.chunksize(chunksize)
-        counted = progress.watch(sink, len(items), self._scheduler) if self._progress \
-            else sink
+        counted = progress.watch(sink, len(items), self._scheduler, call) \
+            if self._progress else sink
         # submitted a group of chunks at a time, each handed out at once: the workers
         # start on the first chunks while the next are made, and the pool's lock is
         # released between groups for the results coming back
@@ -413,7 +413,7 @@ class Pool:
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
             chunksize: int | None = None) -> list[_T]:
         """``[func(x) for x in iterable]`` over the workers; waits for the list."""
-        return self.map_async(func, iterable, chunksize).get()
+        return self._map_async(func, iterable, chunksize, None, None, "map").get()
 
     def map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                   chunksize: int | None = None,
@@ -421,6 +421,14 @@ class Pool:
                   error_callback: Callable[[BaseException], object] | None = None,
                   ) -> MapResult[_T]:
         """As :meth:`map`; returns its :class:`MapResult`."""
+        return self._map_async(func, iterable, chunksize, callback, error_callback,
+                               "map_async")
+
+    def _map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+                   chunksize: int | None,
+                   callback: Callable[[list[_T]], object] | None,
+                   error_callback: Callable[[BaseException], object] | None,
+                   call: str) -> MapResult[_T]:
         _check_callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
@@ -428,12 +436,12 @@ class Pool:
         # ranges), anything else read into a list first, as multiprocessing does
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.MAP, result)
+        return self._chunks(func, items, chunksize, TaskKind.MAP, result, call)
 
     def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                 chunksize: int | None = None) -> list[_T]:
         """``[func(*args) for args in iterable]`` over the workers."""
-        return self.starmap_async(func, iterable, chunksize).get()
+        return self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
 
     def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                       chunksize: int | None = None,
@@ -441,22 +449,30 @@ class Pool:
                       error_callback: Callable[[BaseException], object] | None = None,
                       ) -> MapResult[_T]:
         """As :meth:`starmap`; returns its :class:`MapResult`."""
+        return self._starmap_async(func, iterable, chunksize, callback, error_callback,
+                                   "starmap_async")
+
+    def _starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
+                       chunksize: int | None,
+                       callback: Callable[[list[_T]], object] | None,
+                       error_callback: Callable[[BaseException], object] | None,
+                       call: str) -> MapResult[_T]:
         _check_callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.STARMAP, result)
+        return self._chunks(func, items, chunksize, TaskKind.STARMAP, result, call)
 
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
-              result: IMapIterator[_T]) -> IMapIterator[_T]:
+              result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
         limit = feeder.window(self._scheduler.target, chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread or a copy
             items: Sequence[Any] = iterable  # type: ignore[assignment]
-            counted = progress.watch(result, len(items), self._scheduler) \
+            counted = progress.watch(result, len(items), self._scheduler, call) \
                 if self._progress else result
             with self._lock:
                 self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
@@ -478,12 +494,13 @@ class Pool:
              chunksize: int = 1) -> IMapIterator[_T]:
         """Results in input order as they arrive; the iterable is read lazily, a
         bounded window ahead of the results taken (:mod:`fiber.runtime.pool.feeder`)."""
-        return self._imap(func, iterable, chunksize, IMapIterator())
+        return self._imap(func, iterable, chunksize, IMapIterator(), "imap")
 
     def imap_unordered(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                        chunksize: int = 1) -> IMapIterator[_T]:
         """Results in the order they finish; the iterable is read lazily, as ``imap``'s."""
-        return self._imap(func, iterable, chunksize, IMapUnorderedIterator())
+        return self._imap(func, iterable, chunksize, IMapUnorderedIterator(),
+                          "imap_unordered")
 
     # -- ending ---------------------------------------------------------------------
     def close(self) -> None:
