@@ -360,7 +360,7 @@ def test_top_in_a_terminal_quits_on_q_without_echo_and_counts_running_tasks(
     """4 workers running 0.5 s tasks of an imap (which hands each worker batches of
     several): "running" is at most 4 in every frame; the help says how to leave; typed
     keys are not echoed into the view; q quits with status 0 within a second, and the
-    terminal's settings are as they were."""
+    terminal's settings are as they were; Ctrl-C too."""
     proc, env = terminal_program(100000)
     term = Terminal(env, "--interval", "0.3")
     try:
@@ -377,6 +377,21 @@ def test_top_in_a_terminal_quits_on_q_without_echo_and_counts_running_tasks(
         assert term.proc.wait(5) == 0
         assert time.monotonic() - typed < 1.0
         assert term.attributes() == term.before  # cbreak/no echo undone
+    finally:
+        term.close()
+    # Ctrl-C (SIGINT, as the terminal sends it) also leaves with status 0 and the
+    # terminal's settings restored; while the view runs they are cbreak, no echo
+    import signal
+    import termios
+
+    term = Terminal(env, "--interval", "0.3")
+    try:
+        _until(lambda: len(tasks_running(term.text())) >= 2, 60, term.text()[-3000:])
+        lflag = term.attributes()[3]
+        assert not lflag & termios.ECHO and not lflag & termios.ICANON
+        term.proc.send_signal(signal.SIGINT)
+        assert term.proc.wait(5) == 0
+        assert term.attributes() == term.before
     finally:
         term.close()
 
