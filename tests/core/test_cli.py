@@ -235,3 +235,20 @@ def test_jobs_and_clean_see_the_jobs_of_other_processes(tmp_path):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def test_version_lists_every_backend_with_its_package():
+    """Every installed backend is named once, on its package's line: local too, on
+    fiber-core's (it was left out)."""
+    from fiber.backend import registry
+
+    out = subprocess.run([sys.executable, "-m", "fiber", "--version"], capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    found = registry.backends()
+    assert "local" in found
+    for name, info in found.items():
+        (line,) = [line for line in out.stdout.splitlines()
+                   if line.startswith(f"{info.package} {info.version} ")]
+        assert line.count(name) == 1 and ("backend " + name in line
+                                          or ", " + name in line), (name, line)

@@ -125,3 +125,33 @@ def test_file_values_may_be_quoted(tmp_path, monkeypatch, fresh_config):
     cfg = config.load()
     assert (cfg.backend, cfg.image, cfg.memory) == ("local", "my image", None)
     assert cfg.sources["backend"] == str(cfgfile) and cfg.sources["memory"] == "default"
+
+
+def test_file_without_a_section_header_says_what_to_do(tmp_path, monkeypatch,
+                                                        fresh_config):
+    """As a file with another section does: the fix, where the first setting is, and
+    none of configparser's own wording."""
+    cfgfile = tmp_path / "fiberconfig"
+    cfgfile.write_text("# my settings\nbackend = local\ncpu = 2\n")
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(cfgfile))
+    with pytest.raises(ConfigError) as caught:
+        config.load()
+    message = str(caught.value)
+    assert message.startswith(f"{cfgfile}, line 2: 'backend = local' comes before any "
+                              "section header: put settings under a [default] section")
+    assert "File contains no section headers" not in message
+
+
+@pytest.mark.parametrize("line", ['backend = "local', "image = my-image'",
+                                  "image = 'a\"", 'cpu = "'])
+def test_unbalanced_quote_is_an_error_naming_file_and_line(tmp_path, monkeypatch,
+                                                           fresh_config, line):
+    cfgfile = tmp_path / "fiberconfig"
+    cfgfile.write_text(f"[other]\nbackend = x\n\n[default]\nmemory = 1G\n{line}\n")
+    monkeypatch.setenv("FIBER_CONFIG_FILE", str(cfgfile))
+    monkeypatch.delenv("FIBER_BACKEND", raising=False)
+    monkeypatch.delenv("FIBER_IMAGE", raising=False)
+    key = line.split()[0]
+    with pytest.raises(ConfigError, match=rf"^{cfgfile}, line 6: the value of '{key}' .* "
+                       "unbalanced quote .*: put the value between two quotes or none$"):
+        config.load()

@@ -135,6 +135,33 @@ def test_what_the_backend_cannot_honour_is_refused_before_any_job_starts():
         assert pool.apply(_setting, (0,)) == fiber.get_config_value("cpu")
 
 
+def test_the_local_backend_says_what_it_does_with_requests(monkeypatch, caplog):
+    """Its refusal of a GPU does not claim that it honours cpu and memory (it
+    enforces neither); a job that asks for memory is run, with one warning per
+    process that says the request is not enforced."""
+    import logging
+
+    from fiber.backend.local import backend as local
+
+    with pytest.raises(ConfigError) as refused:
+        fiber.Pool(2, resources={"gpu": 1})
+    message = str(refused.value)
+    assert "local backend cannot honour a gpu request (1)" in message
+    assert "honours cpu, memory" not in message
+    assert "cpu and memory requests are accepted but not enforced" in message
+    monkeypatch.setattr(local, "_warned_not_enforced", False)
+    caplog.set_level(logging.WARNING, logger="fiber")
+    for _ in range(2):
+        p = fiber.Process(target=print, resources=Resources(memory="64M", cpu=1))
+        p.start()
+        p.join(60)
+        assert p.exitcode == 0
+    warned = [r.getMessage() for r in caplog.records
+              if r.name == "fiber" and "does not enforce" in r.getMessage()]
+    assert len(warned) == 1, warned
+    assert "cpu=1.0, memory=64 MiB" in warned[0]
+
+
 # -- the context is the one carrier of its target (issue #27) ---------------------------
 
 def _member_setting(rank, world_size):

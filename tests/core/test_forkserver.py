@@ -156,3 +156,35 @@ def test_template_imports_stdlib_quietly_and_skips_denied(run_script, method):
     assert "job ran" in result.stdout
     assert "exitcode 0" in result.stdout
     assert "DeprecationWarning" not in result.stderr, result.stderr
+
+
+LOG_SCRIPT = """
+    import sys
+    import fiber
+
+    def child():
+        print("child ran", file=sys.stderr)
+
+    if __name__ == "__main__":
+        for _ in range(2):  # the second job is forked from a template that ran one
+            p = fiber.Process(target=child)
+            p.start()
+            p.join()
+            print(repr(p._popen.backend.logs(p._popen.job)))
+"""
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_job_logs_carry_no_runpy_warning(run_script, method):
+    """A job's own log (the local backend's file its stdout and stderr go to before
+    the bootstrap forwards them) has no ``RuntimeWarning: 'fiber.runtime.bootstrap'
+    found in sys.modules``: the template imported the bootstrap for its imports, and
+    the forked child ran it with runpy while it was still in sys.modules."""
+    result = run_script(LOG_SCRIPT, env={"FIBER_BACKEND": "local",
+                                         "FIBER_LOCAL_START_METHOD": method}, timeout=90)
+    assert result.returncode == 0, result.stderr
+    logs = result.stdout.splitlines()
+    assert len(logs) == 2, result.stdout
+    assert "child ran" in result.stderr
+    for log in logs:
+        assert "Warning" not in log and "found in sys.modules" not in log, log

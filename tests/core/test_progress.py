@@ -29,10 +29,10 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def run_on_a_terminal(tmp_path, **env_extra):
+def run_on_a_terminal(tmp_path, program=PROGRAM, **env_extra):
     """Run the program with stderr on a pty; returns (stdout, what the pty showed)."""
     script = tmp_path / "prog.py"
-    script.write_text(PROGRAM)
+    script.write_text(program)
     env = dict(os.environ, TERM="xterm", COLUMNS="100", **env_extra)
     if "FIBER_PROGRESS" not in env_extra:
         env.pop("FIBER_PROGRESS", None)
@@ -65,7 +65,7 @@ def run_on_a_terminal(tmp_path, **env_extra):
 def test_a_long_map_shows_a_bar_on_a_terminal(tmp_path):
     stdout, shown = run_on_a_terminal(tmp_path, FIBER_PROGRESS="true")
     assert stdout == "done\n"
-    assert "fiber map" in shown and "30/30" in shown
+    assert "fiber imap" in shown and "30/30" in shown  # labelled by the call
     assert "/4 " not in shown  # the short map (0.3 s) had none
 
 
@@ -95,3 +95,40 @@ def test_the_setting_without_rich_or_tqdm_says_what_to_install(monkeypatch):
             fiber.Pool(1)
     finally:
         fiber.reset()
+
+
+TIMED = textwrap.dedent("""
+    import time
+    import fiber
+
+    def nap(x, y=0):
+        time.sleep(0.25)
+        return x
+
+    if __name__ == "__main__":
+        with fiber.Pool(2) as pool:
+            pool.map(abs, range(2))  # the workers are up
+            start = time.monotonic()
+            assert pool.map(nap, range(24), chunksize=1) == list(range(24))
+            took = time.monotonic() - start
+            assert pool.starmap(nap, [(i, i) for i in range(20)], chunksize=1) \\
+                == list(range(20))
+        print(f"{took:.3f}", flush=True)
+""")
+
+
+def test_the_bar_is_labelled_by_the_call_and_timed_from_it(tmp_path):
+    """A map of 3 s: its bar (shown from 2 s on) is labelled "fiber map" and its clock,
+    when it closes, shows the map's whole time, not the time since the bar appeared;
+    a starmap's bar says "fiber starmap"."""
+    import re
+
+    stdout, shown = run_on_a_terminal(tmp_path, TIMED, FIBER_PROGRESS="true")
+    took = float(stdout)
+    assert took > 2.5
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown)
+    assert "fiber map " in text and "fiber starmap " in text
+    # the last frame of the map's bar: "fiber map ... 24/24 H:MM:SS ..."
+    (last,) = re.findall(r"fiber map [^\n]*?24/24 (\d+):(\d\d):(\d\d)", text)[-1:]
+    shown_seconds = int(last[0]) * 3600 + int(last[1]) * 60 + int(last[2])
+    assert took - 1.2 <= shown_seconds <= took + 1, (took, last)

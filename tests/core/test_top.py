@@ -234,3 +234,186 @@ def test_pool_stats_has_what_top_shows():
         assert isinstance(error, TaskError) and error.error == "KeyError: 'k'"
         assert "in _raise" in error.traceback and "args=('k',)" in error.task
         assert slow.get(30) == 2.0
+
+
+# -- the live view in a real terminal (a pty) ------------------------------------------
+
+TERMINAL_PROGRAM = textwrap.dedent("""
+    import os, sys, time
+    import fiber
+
+    def work(x):
+        time.sleep(0.5)
+        return x
+
+    if __name__ == "__main__":
+        with fiber.Pool(4) as pool:
+            it = pool.imap(work, range(int(sys.argv[1])))
+            print("ready", flush=True)
+            for _ in it:
+                pass
+        print("bye", flush=True)
+""")
+
+ANSI = __import__("re").compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+class Terminal:
+    """``fiber top`` on a pseudo-terminal (its stdin, stdout and stderr), as a user
+    runs it; everything it writes is collected by a thread."""
+
+    def __init__(self, env, *args):
+        import pty
+        import termios
+        import threading
+
+        self.master, self.slave = pty.openpty()
+        self.before = termios.tcgetattr(self.slave)
+        env = dict(env, COLUMNS="120", LINES="50", TERM="xterm-256color")
+        self.proc = subprocess.Popen([sys.executable, "-m", "fiber", "top", *args],
+                                     stdin=self.slave, stdout=self.slave,
+                                     stderr=self.slave, env=env)
+        self.out = b""
+        self.lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        while True:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:  # the slave side is closed
+                return
+            if not data:
+                return
+            with self.lock:
+                self.out += data
+
+    def text(self):
+        with self.lock:
+            return self.out.decode("utf-8", "replace")
+
+    def type(self, keys):
+        os.write(self.master, keys)
+
+    def attributes(self):
+        import termios
+
+        return termios.tcgetattr(self.slave)
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        os.close(self.slave)
+        os.close(self.master)
+        self.reader.join(5)
+
+
+def tasks_running(text):
+    """The tasks' "running" counts of every frame drawn so far: the value under the
+    ``running`` header of the tasks' row (right-aligned, so it ends where the header
+    ends)."""
+    lines = [ANSI.sub("", line) for line in text.replace("\r", "").split("\n")]
+    found = []
+    for i, line in enumerate(lines[:-1]):
+        header = line.lstrip("│ ")
+        if not header.startswith("tasks "):
+            continue
+        end = line.index(" running") + len(" running")
+        value = lines[i + 1][:end].split()
+        if value and value[-1].isdigit():
+            found.append(int(value[-1]))
+    return found
+
+
+@pytest.fixture
+def terminal_program(tmp_path):
+    procs = []
+
+    def start(items):
+        env = dict(os.environ, TMPDIR=str(tmp_path))
+        script = tmp_path / "busy.py"
+        script.write_text(TERMINAL_PROGRAM)
+        proc = subprocess.Popen([sys.executable, str(script), str(items)], env=env,
+                                stdout=subprocess.PIPE, text=True)
+        procs.append(proc)
+        assert proc.stdout.readline().strip() == "ready"
+        return proc, env
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def _until(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_top_in_a_terminal_quits_on_q_without_echo_and_counts_running_tasks(
+        terminal_program):
+    """4 workers running 0.5 s tasks of an imap (which hands each worker batches of
+    several): "running" is at most 4 in every frame; the help says how to leave; typed
+    keys are not echoed into the view; q quits with status 0 within a second, and the
+    terminal's settings are as they were; Ctrl-C too."""
+    proc, env = terminal_program(100000)
+    term = Terminal(env, "--interval", "0.3")
+    try:
+        _until(lambda: len(tasks_running(term.text())) >= 6, 60, term.text()[-3000:])
+        assert "q: quit" in term.text()
+        term.type(b"xkxkx")
+        time.sleep(1.0)
+        assert "xkxkx" not in term.text()
+        assert term.proc.poll() is None  # other keys do not quit
+        running = tasks_running(term.text())
+        assert running and max(running) <= 4 and max(running) >= 1, running
+        typed = time.monotonic()
+        term.type(b"q")
+        assert term.proc.wait(5) == 0
+        assert time.monotonic() - typed < 1.0
+        assert term.attributes() == term.before  # cbreak/no echo undone
+    finally:
+        term.close()
+    # Ctrl-C (SIGINT, as the terminal sends it) also leaves with status 0 and the
+    # terminal's settings restored; while the view runs they are cbreak, no echo
+    import signal
+    import termios
+
+    term = Terminal(env, "--interval", "0.3")
+    try:
+        _until(lambda: len(tasks_running(term.text())) >= 2, 60, term.text()[-3000:])
+        lflag = term.attributes()[3]
+        assert not lflag & termios.ECHO and not lflag & termios.ICANON
+        term.proc.send_signal(signal.SIGINT)
+        assert term.proc.wait(5) == 0
+        assert term.attributes() == term.before
+    finally:
+        term.close()
+
+
+def test_top_in_a_terminal_ends_with_the_program(terminal_program):
+    """When the program ends, the view is erased (not left stale), a line says the
+    program ended, and fiber top exits with status 0 within seconds."""
+    proc, env = terminal_program(24)  # about 3 s of work on 4 workers
+    term = Terminal(env, "--interval", "0.3")
+    try:
+        assert proc.wait(60) == 0
+        ended = time.monotonic()
+        assert term.proc.wait(10) == 0
+        assert time.monotonic() - ended < 5
+        _until(lambda: "has ended" in term.text(), 5, term.text()[-2000:])
+        text = term.text()
+        assert f"fiber top: program {proc.pid} has ended" in ANSI.sub("", text)
+        last_frame = text[text.rindex("fiber top  pid"):]
+        frame, _, after = last_frame.rpartition("q: quit")
+        # every line of the last frame is erased (cursor up, erase line) before the
+        # closing line
+        assert after.count("\x1b[2K") >= frame.count("\n") > 5, after
+        assert term.attributes() == term.before
+    finally:
+        term.close()

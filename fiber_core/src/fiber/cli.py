@@ -50,11 +50,12 @@ EPILOG = """examples:
 def versions() -> list[str]:
     """``package version`` of fiber-core and of every installed plugin, with the
     backends each provides."""
-    lines = [f"fiber-core {__version__} (Python {sys.version.split()[0]})"]
     provided: dict[tuple[str, str], list[str]] = {}
     for name, info in sorted(registry.backends().items()):
-        if info.package != "fiber-core":
-            provided.setdefault((info.package, info.version), []).append(name)
+        provided.setdefault((info.package, info.version), []).append(name)
+    core = provided.pop(("fiber-core", __version__), [])
+    lines = [f"fiber-core {__version__} (Python {sys.version.split()[0]}"
+             + (f"; backend {', '.join(core)})" if core else ")")]
     for (package, version), names in sorted(provided.items()):
         lines.append(f"{package} {version} (backend {', '.join(names)})")
     return lines
@@ -323,7 +324,8 @@ def _add_top(sub: Any) -> None:
         "(one that has created a Pool) and show, per pool, its workers by state "
         "(pending in the cluster's queue, starting, running, lost, replaced), its tasks "
         "(queued, running, done, failed), throughput, the slowest running tasks and the "
-        "last errors with their remote tracebacks, refreshed every second. It talks to "
+        "last errors with their remote tracebacks, refreshed every second; press q (or "
+        "Ctrl-C) to leave, and it leaves by itself when the program ends. It talks to "
         "the program over the program's own authenticated connection. Needs rich "
         "(pip install './fiber_core[top]' from a clone), except with --once --json.")
     p.add_argument("--pid", type=int,

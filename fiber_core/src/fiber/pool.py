@@ -131,7 +131,8 @@ class PoolStats:
     lost: int  # workers that ended without being let go (died, killed, lost their host)
     replaced: int  # workers started to make up for lost ones
     queued: int  # tasks waiting for a worker
-    running: int  # tasks in the batches workers are running
+    running: int  # tasks in progress: one per worker running a task
+    # (a worker runs its batch one task at a time; the rest of the batch is ``held``)
     held: int  # tasks held by workers: running, or taken in advance
     done: int  # tasks finished with a value
     failed: int  # tasks finished with an error (raised, lost workers, terminate)
@@ -143,6 +144,8 @@ class PoolStats:
     # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
     recalled: int = 0
     adapt: AdaptStats | None = None  # the adaptive pool's state (None: not adapting)
+    # the recent tasks' running time, seconds (a moving mean; None before any result)
+    task_seconds: float | None = None
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -424,14 +427,14 @@ class Pool:
                 busy=states.count(BUSY), stopping=states.count(STOPPING),
                 started=s.started, lost=s.lost_workers, replaced=s.replaced,
                 queued=len(s.queue),
-                running=sum(len(w.running()) for w in s.workers.values()),
+                running=observe.in_progress(s.workers.values()),
                 held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
                 workers=workers,
                 pending=observe.pending(ws.process for ws in workers
                                         if ws.state == STARTING),
                 throughput=s.meter.rate(s.done + s.failed, now),
                 slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-                recalled=s.recalled,
+                recalled=s.recalled, task_seconds=s.task_seconds,
                 adapt=None if self._adapter is None else self._adapter.stats())
 
     @property
@@ -474,14 +477,14 @@ class Pool:
         return max(1, self._scheduler.target)
 
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
-                kind: int, sink: Any) -> Any:
+                kind: int, sink: Any, call: str) -> Any:
         if chunksize is None:
             chunksize, extra = divmod(len(items), self._size_hint() * 4)
             chunksize = max(1, chunksize + (1 if extra else 0))
         else:  # (multiprocessing's map hangs on a float, returns [] for 0)
             chunksize = arguments.chunksize(chunksize)
-        counted = progress.watch(sink, len(items), self._scheduler) if self._progress \
-            else sink
+        counted = progress.watch(sink, len(items), self._scheduler, call) \
+            if self._progress else sink
         # submitted a group of chunks at a time, each handed out at once: the workers
         # start on the first chunks while the next are made, and the pool's lock is
         # released between groups for the results coming back
@@ -496,7 +499,7 @@ class Pool:
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
             chunksize: int | None = None) -> list[_T]:
         """``[func(x) for x in iterable]`` over the workers; waits for the list."""
-        return self.map_async(func, iterable, chunksize).get()
+        return self._map_async(func, iterable, chunksize, None, None, "map").get()
 
     def map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                   chunksize: int | None = None,
@@ -504,6 +507,14 @@ class Pool:
                   error_callback: Callable[[BaseException], object] | None = None,
                   ) -> MapResult[_T]:
         """As :meth:`map`; returns its :class:`MapResult`."""
+        return self._map_async(func, iterable, chunksize, callback, error_callback,
+                               "map_async")
+
+    def _map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+                   chunksize: int | None,
+                   callback: Callable[[list[_T]], object] | None,
+                   error_callback: Callable[[BaseException], object] | None,
+                   call: str) -> MapResult[_T]:
         _check_callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
@@ -511,12 +522,12 @@ class Pool:
         # ranges), anything else read into a list first, as multiprocessing does
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.MAP, result)
+        return self._chunks(func, items, chunksize, TaskKind.MAP, result, call)
 
     def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                 chunksize: int | None = None) -> list[_T]:
         """``[func(*args) for args in iterable]`` over the workers."""
-        return self.starmap_async(func, iterable, chunksize).get()
+        return self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
 
     def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                       chunksize: int | None = None,
@@ -524,22 +535,30 @@ class Pool:
                       error_callback: Callable[[BaseException], object] | None = None,
                       ) -> MapResult[_T]:
         """As :meth:`starmap`; returns its :class:`MapResult`."""
+        return self._starmap_async(func, iterable, chunksize, callback, error_callback,
+                                   "starmap_async")
+
+    def _starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
+                       chunksize: int | None,
+                       callback: Callable[[list[_T]], object] | None,
+                       error_callback: Callable[[BaseException], object] | None,
+                       call: str) -> MapResult[_T]:
         _check_callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.STARMAP, result)
+        return self._chunks(func, items, chunksize, TaskKind.STARMAP, result, call)
 
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
-              result: IMapIterator[_T]) -> IMapIterator[_T]:
+              result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
         limit = feeder.window(self._size_hint(), chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread or a copy
             items: Sequence[Any] = iterable  # type: ignore[assignment]
-            counted = progress.watch(result, len(items), self._scheduler) \
+            counted = progress.watch(result, len(items), self._scheduler, call) \
                 if self._progress else result
             with self._lock:
                 self._scheduler.submit_chunks(func, items, chunksize, TaskKind.MAP,
@@ -561,12 +580,13 @@ class Pool:
              chunksize: int = 1) -> IMapIterator[_T]:
         """Results in input order as they arrive; the iterable is read lazily, a
         bounded window ahead of the results taken (:mod:`fiber.runtime.pool.feeder`)."""
-        return self._imap(func, iterable, chunksize, IMapIterator())
+        return self._imap(func, iterable, chunksize, IMapIterator(), "imap")
 
     def imap_unordered(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                        chunksize: int = 1) -> IMapIterator[_T]:
         """Results in the order they finish; the iterable is read lazily, as ``imap``'s."""
-        return self._imap(func, iterable, chunksize, IMapUnorderedIterator())
+        return self._imap(func, iterable, chunksize, IMapUnorderedIterator(),
+                          "imap_unordered")
 
     # -- ending ---------------------------------------------------------------------
     def close(self) -> None:

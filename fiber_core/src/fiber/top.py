@@ -7,7 +7,11 @@ over that program's own hub, authenticated with the run's secret the registratio
 holds, and shows per pool: workers by state (pending in the cluster's queue, starting,
 running, stopping, lost, replaced), tasks queued, running, done and failed, throughput,
 the slowest tasks in progress and the last errors with their remote tracebacks.
-``--once --json`` prints one snapshot as JSON, for scripts.
+``--once --json`` prints one snapshot as JSON, for scripts. The live view reads single
+keys without echoing them (:mod:`fiber.terminal`): ``q`` leaves, as Ctrl-C does; when
+the program ends the view is erased and one line says so. "running" tasks are those in
+progress, one per busy worker (the others a worker holds, sent in batches, are "held
+ahead"); a slowest task's time is how long it has run so far.
 
 The view is drawn with ``rich`` (fiber-core's ``top`` extra), imported only here; the
 JSON output does not need it.
@@ -63,6 +67,15 @@ def _age(seconds: float) -> str:
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def _seconds(seconds: float) -> str:
+    """``0.23 s``, ``4.1 s``, ``1:02:03``: precise enough for short tasks."""
+    if seconds < 10:
+        return f"{seconds:.2f} s"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return _age(seconds)
+
+
 def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
     """The view of one snapshot, as a rich renderable."""
     from rich.console import Group
@@ -93,9 +106,13 @@ def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
                        str(w["running"]), str(w["busy"]), str(w["stopping"]),
                        str(w["lost"]), str(w["replaced"]))
         counts.add_row(*(Text(x, style="bold") for x in (
-            "tasks", "queued", "running", "done", "failed", "tasks/s", "", "")))
-        counts.add_row("", str(t["queued"]), str(t["running"]), str(t["done"]),
-                       str(t["failed"]), f"{pool['throughput']:.1f}", "", "")
+            "tasks", "queued", "running", "held ahead", "done", "failed", "tasks/s",
+            "s/task")))
+        mean = pool.get("task_seconds")
+        counts.add_row("", str(t["queued"]), str(t["running"]),
+                       str(max(0, t["held"] - t["running"])), str(t["done"]),
+                       str(t["failed"]), f"{pool['throughput']:.1f}",
+                       "-" if mean is None else _seconds(mean))
         body: list[Any] = [counts]
         adapt = pool.get("adapt")
         if adapt:
@@ -111,10 +128,11 @@ def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
             slow = Table(title="slowest running tasks", title_justify="left",
                          expand=True, box=None)
             slow.add_column("worker", justify="right")
-            slow.add_column("seconds", justify="right")
+            slow.add_column("running for", justify="right")
             slow.add_column("task", overflow="ellipsis", no_wrap=True)
             for entry in pool["slowest"]:
-                slow.add_row(str(entry["worker"]), f"{entry['seconds']:.1f}", entry["task"])
+                slow.add_row(str(entry["worker"]), _seconds(entry["seconds"]),
+                             entry["task"])
             body.append(slow)
         for error in pool["errors"][-3:]:
             text = Text()
@@ -129,12 +147,17 @@ def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
     return Group(*parts)
 
 
-def _snapshot(program: status.Program) -> dict[str, Any]:
+def _snapshot(program: status.Program, timeout: float = 10.0) -> dict[str, Any]:
     try:
-        return status.query(program)
+        return status.query(program, timeout)
     except AuthenticationError as exc:
         raise TopError(f"program {program.pid} refused the secret of its "
                        f"registration: {exc}") from None
+
+
+QUIT_KEYS = ("q", "Q")
+QUERY_TIMEOUT = 2.0  # seconds a refresh waits for the program's answer (q waits as long)
+HELP = "q: quit (Ctrl-C too)"
 
 
 def main(args: argparse.Namespace) -> int:
@@ -156,30 +179,49 @@ def main(args: argparse.Namespace) -> int:
         return 0
     others = [p for p in status.programs() if p.pid != program.pid]
     from rich.console import Console
-    from rich.live import Live
 
     console = Console()
     if args.once:
         console.print(render(snap, others))
         return 0
     try:
-        with Live(render(snap, others), console=console, auto_refresh=False,
-                  screen=False) as live:
-            while True:
-                time.sleep(args.interval)
-                try:
-                    snap = _snapshot(program)
-                except ConnectionLostError:
-                    if not program.alive():
-                        live.stop()
-                        console.print(f"program {program.pid} has exited")
-                        return 0
-                    continue  # busy: try again at the next refresh
-                live.update(render(snap, others), refresh=True)
+        return _live(console, program, snap, others, args.interval)
     except KeyboardInterrupt:
         return 0
     finally:
         sys.stdout.flush()
+
+
+def _live(console: Any, program: status.Program, snap: dict[str, Any],
+          others: list[status.Program], interval: float) -> int:
+    """The view, refreshed every ``interval`` seconds until ``q`` (or Ctrl-C) or the
+    program's end. Typed keys are not echoed into it (:class:`fiber.terminal.Keys`); it
+    is erased when it ends, and a line says why it ended."""
+    from rich.console import Group
+    from rich.live import Live
+    from rich.text import Text
+
+    from fiber.terminal import Keys
+
+    def view(snap: dict[str, Any]) -> Any:
+        return Group(render(snap, others), Text(HELP, style="dim"))
+
+    with Keys() as keys, Live(view(snap), console=console, auto_refresh=False,
+                              screen=False, transient=True) as live:
+        while True:
+            deadline = time.monotonic() + interval
+            while (left := deadline - time.monotonic()) > 0:
+                if any(key in QUIT_KEYS for key in keys.wait(min(left, 0.1))):
+                    return 0
+            try:
+                snap = _snapshot(program, QUERY_TIMEOUT)
+            except ConnectionLostError:
+                if not program.alive():
+                    live.stop()
+                    console.print(f"fiber top: program {program.pid} has ended")
+                    return 0
+                continue  # busy: try again at the next refresh
+            live.update(view(snap), refresh=True)
 
 
 def list_programs() -> int:

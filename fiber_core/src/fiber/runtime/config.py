@@ -8,7 +8,8 @@ names another), then the option's default. Unknown keys and bad values raise
 
 An empty value (``FIBER_BACKEND=``, or ``backend =`` in a file) is the same as not
 setting it. In a file, one pair of quotes around a value is removed (``backend =
-"local"`` is ``local``), as users of TOML and shell files write them. A file named by
+"local"`` is ``local``), as users of TOML and shell files write them; a quote at one
+end only is an error naming the file and line. A file named by
 ``FIBER_CONFIG_FILE`` must exist; a file that cannot be read or is not UTF-8 text is a
 ``ConfigError`` naming it.
 
@@ -70,9 +71,12 @@ def parse_log_level(value: Any) -> str:
 CORE_OPTIONS = [
     ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
     ConfigOption("image", str, None, "container image of jobs (container backends)"),
-    ConfigOption("cpu", parse_positive_float, None, "cores requested per job"),
-    ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts 4G)"),
-    ConfigOption("gpu", parse_nonnegative_int, None, "GPUs requested per job"),
+    ConfigOption("cpu", parse_positive_float, None,
+                 "cores requested per job (the local backend does not enforce it)"),
+    ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts "
+                 "4G; the local backend does not enforce it)"),
+    ConfigOption("gpu", parse_nonnegative_int, None,
+                 "GPUs requested per job (the local backend refuses it)"),
     ConfigOption(
         "log_level", parse_log_level, "WARNING", "level of the 'fiber' logger",
         ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"),
@@ -203,10 +207,33 @@ def config_files() -> list[Path]:
     return [path for path in candidates if path.is_file()]
 
 
-def _unquoted(value: str) -> str:
+def _unquoted(value: str, key: str, path: Path, text: str) -> str:
+    """``value`` without the one pair of quotes around it; a quote at one end only
+    (``backend = "local``) is a :class:`ConfigError` naming the file and line."""
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
         return value[1:-1]
+    if value[:1] in ("'", '"') or value[-1:] in ("'", '"'):
+        quote = value[0] if value[:1] in ("'", '"') else value[-1]
+        raise ConfigError(
+            f"{path}{_line_of(key, text)}: the value of {key!r} ({value}) has an "
+            f"unbalanced quote ({quote}): put the value between two quotes or none")
     return value
+
+
+def _line_of(key: str, text: str) -> str:
+    """``", line N"`` of the line that sets ``key`` in the ``[default]`` section of a
+    file's ``text`` ("" when it cannot be told)."""
+    import re
+
+    section = None
+    pattern = re.compile(rf"\s*{re.escape(key)}\s*[=:]", re.IGNORECASE)
+    for number, line in enumerate(text.splitlines(), 1):
+        header = re.match(r"\s*\[([^\]]*)\]", line)
+        if header:
+            section = header.group(1)
+        elif section == "default" and pattern.match(line):
+            return f", line {number}"
+    return ""
 
 
 def _read_file(path: Path) -> dict[str, str]:
@@ -221,13 +248,19 @@ def _read_file(path: Path) -> dict[str, str]:
     parser = configparser.ConfigParser()
     try:
         parser.read_string(text, source=str(path))
+    except configparser.MissingSectionHeaderError as exc:
+        raise ConfigError(
+            f"{path}, line {exc.lineno}: {exc.line.strip()!r} comes before any section "
+            "header: put settings under a [default] section (a line [default] above "
+            "them)") from None
     except configparser.Error as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     if not parser.has_section("default") and parser.sections():
         raise ConfigError(f"{path}: put settings under a [default] section")
     if not parser.has_section("default"):
         return {}
-    return {key: _unquoted(value.strip()) for key, value in parser["default"].items()}
+    return {key: _unquoted(value.strip(), key, path, text)
+            for key, value in parser["default"].items()}
 
 
 def _unknown(key: str, source: str, options: Mapping[str, ConfigOption]) -> ConfigError:

@@ -4,7 +4,14 @@ Off by default. When it is on, each map's result object is wrapped in a
 :class:`Counted` sink (a counter; the pool's table calls it once per task result, only
 while the setting is on) and a daemon thread watches it: if the map is still running
 after :data:`DELAY` seconds, it shows a bar, updated a few times a second, until every
-task has finished (or the map failed, or the pool was terminated). Where:
+task has finished (or the map failed, or the pool was terminated). The bar is labelled
+by the call (``fiber imap``, ``fiber map``, ``fiber starmap_async``...), and its clock
+counts from the call, not from the bar's appearance. It advances as results arrive:
+item by item where a task is one item (``imap``'s default chunksize of 1, any
+``chunksize=1``), a chunk at a time otherwise: a chunk is one task to its worker, which
+sends the chunk's results together when it is done (that is what chunks are for: a
+message per chunk, not per item; ``chunksize=1`` makes the bar smooth at that cost).
+Where:
 
 * stderr is a terminal: a ``rich`` progress bar on stderr (``tqdm`` when rich is not
   installed);
@@ -63,9 +70,11 @@ class Counted:
     closes the bar (if one is shown) before it is handed on, so the bar is complete
     before the program goes on past its map."""
 
-    __slots__ = ("sink", "total", "done", "bar", "lock", "ends_on_error", "__weakref__")
+    __slots__ = ("sink", "total", "done", "bar", "lock", "ends_on_error", "started",
+                 "__weakref__")
 
     def __init__(self, sink: Any, total: int) -> None:
+        self.started = time.monotonic()  # the call (the bar's clock counts from here)
         self.sink = sink
         self.total = total
         self.done = 0
@@ -89,12 +98,13 @@ class Counted:
                 bar.close()
 
 
-def watch(sink: Any, total: int, scheduler: Any) -> Counted:
-    """Wrap ``sink`` (a map's result object, ``total`` items) for counting and start
-    the thread that shows its bar if it runs long."""
+def watch(sink: Any, total: int, scheduler: Any, call: str = "map") -> Counted:
+    """Wrap ``sink`` (the result object of the Pool method ``call``, ``total`` items)
+    for counting and start the thread that shows its bar if it runs long."""
     counted = Counted(sink, total)
     if total > 0:
         threads.start("fiber-progress", _run, counted, total, weakref.ref(scheduler),
+                      f"fiber {call}",
                       exempt="draws a bar only: the map's results do not pass through it")
     return counted
 
@@ -117,8 +127,10 @@ class _Bar:
     """A bar of whichever library there is; None from :meth:`open` when there is no
     terminal or notebook to draw it on."""
 
-    def __init__(self, total: int) -> None:
+    def __init__(self, total: int, label: str, started: float) -> None:
         self.total = total
+        self.label = label
+        self.started = started  # time.monotonic() of the call
         self._rich: Any = None
         self._task: Any = None
         self._tqdm: Any = None
@@ -133,7 +145,9 @@ class _Bar:
                 from tqdm.auto import tqdm  # type: ignore[import-untyped,unused-ignore]
             else:
                 from tqdm import tqdm  # type: ignore[import-untyped,unused-ignore]
-            self._tqdm = tqdm(total=self.total, desc="fiber map", file=sys.stderr)
+            self._tqdm = tqdm(total=self.total, desc=self.label, file=sys.stderr)
+            # its clock counts from the call (tqdm's own clock is time.time())
+            self._tqdm.start_t -= time.monotonic() - self.started
             return self
         from rich.console import Console
         from rich.progress import (
@@ -141,12 +155,12 @@ class _Bar:
             MofNCompleteColumn,
             Progress,
             TextColumn,
-            TimeElapsedColumn,
             TimeRemainingColumn,
         )
 
-        self._rich = Progress(TextColumn("fiber map"), BarColumn(), MofNCompleteColumn(),
-                              TimeElapsedColumn(), TimeRemainingColumn(),
+        self._rich = Progress(TextColumn(self.label), BarColumn(),
+                              MofNCompleteColumn(), _elapsed_column(self.started),
+                              TimeRemainingColumn(),
                               console=Console(file=sys.stderr), transient=False,
                               redirect_stdout=False)  # the program's output stays put
         self._rich.start()
@@ -166,6 +180,22 @@ class _Bar:
             self._rich.stop()
 
 
+def _elapsed_column(started: float) -> Any:
+    """A rich column of the time since ``started`` (time.monotonic()), H:MM:SS as
+    rich's elapsed column shows it, which counts from the bar's start instead."""
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Elapsed(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            seconds = int(max(0.0, time.monotonic() - started))
+            h, rest = divmod(seconds, 3600)
+            m, s = divmod(rest, 60)
+            return Text(f"{h}:{m:02d}:{s:02d}", style="progress.elapsed")
+
+    return Elapsed()
+
+
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
@@ -173,8 +203,8 @@ def _isatty(stream: Any) -> bool:
         return False
 
 
-def _run(counted: Counted, total: int, scheduler_ref: weakref.ref[Any]) -> None:
-    deadline = time.monotonic() + DELAY
+def _run(counted: Counted, total: int, scheduler_ref: weakref.ref[Any], label: str) -> None:
+    deadline = counted.started + DELAY
     while time.monotonic() < deadline:
         if _finished(counted, total, scheduler_ref):
             return
@@ -182,7 +212,7 @@ def _run(counted: Counted, total: int, scheduler_ref: weakref.ref[Any]) -> None:
     with counted.lock:
         if _finished(counted, total, scheduler_ref):
             return
-        counted.bar = _Bar(total).open()
+        counted.bar = _Bar(total, label, counted.started).open()
     if counted.bar is None:
         return
     try:

@@ -187,6 +187,8 @@ def pool_status(pool_id: int, stats: Any) -> dict[str, Any]:
         "tasks": {"queued": stats.queued, "running": stats.running, "held": stats.held,
                   "done": stats.done, "failed": stats.failed},
         "throughput": round(stats.throughput, 3),
+        "task_seconds": (None if stats.task_seconds is None
+                         else round(stats.task_seconds, 3)),
         "slowest": [dataclasses.asdict(t) for t in stats.slowest],
         "errors": [dataclasses.asdict(e) for e in stats.errors],
         "worker_list": [_worker(ws) for ws in stats.workers],

@@ -4,8 +4,12 @@ It registers as any third-party backend does: fiber-core's entry point ``local``
 ``fiber``) names this module's :data:`plugin` declaration. Each job runs
 in its own session (so terminate reaches the whole process group); its stdout and
 stderr go to a log file that :meth:`LocalBackend.logs` reads and
-:meth:`LocalBackend.release` deletes. cpu, memory and gpu requests are not enforced
-on this backend (they are logged at debug level). The run's secret reaches a job in its
+:meth:`LocalBackend.release` deletes. Its jobs share this machine: it reserves and
+limits nothing for them. cpu and memory requests (the settings, ``resources=``,
+``@fiber.meta``) are accepted, so that a program written for a cluster runs here
+unchanged, but not enforced: the first job that carries one logs a warning saying so
+(once per process). A gpu or walltime request is refused
+(:meth:`LocalBackend.check_resources`). The run's secret reaches a job in its
 environment (``secrets_delivery = "env"``: a process's environment is readable only by
 its user and root), never on its command line.
 
@@ -52,6 +56,8 @@ from fiber.backend.local import records
 from fiber.backend.local.template import ForkedChild, ForkServer, TemplateExited
 from fiber.backend.options import ConfigOption
 from fiber.backend.plugin import CONTRACT_VERSION, Plugin
+from fiber.backend.resources import Resources
+from fiber.errors import ConfigError
 
 logger = logging.getLogger("fiber")
 
@@ -90,6 +96,24 @@ class _Handle:
         self.cancelled = False
 
 
+_warned_not_enforced = False
+
+
+def _warn_not_enforced(spec: JobSpec) -> None:
+    """Say once per process that the local backend does not enforce a job's requests."""
+    global _warned_not_enforced
+    if _warned_not_enforced:
+        logger.debug("local backend does not enforce the requests of %s", spec.name)
+        return
+    _warned_not_enforced = True
+    asked = ", ".join(f"{name}={value}{' MiB' if name == 'memory' else ''}"
+                      for name, value in (("cpu", spec.cpu), ("memory", spec.memory),
+                                          ("gpu", spec.gpu)) if value)
+    logger.warning("the local backend does not enforce resource requests (%s, of %s and "
+                   "any later job): its jobs share this machine's cores and memory; a "
+                   "container or cluster backend enforces them", asked, spec.name)
+
+
 class LocalBackend(Backend):
     """Jobs as subprocesses of this process."""
 
@@ -111,6 +135,20 @@ class LocalBackend(Backend):
         self._forkserver: ForkServer | None = None
         self._use_forkserver = options.get("local_start_method", "forkserver") == "forkserver"
         self._job_modules: set[str] = set()  # what forked jobs run: the template imports it
+
+    def check_resources(self, resources: Resources) -> None:
+        """Refuse a gpu or walltime request, saying what this backend does with the
+        others (they are accepted, not enforced); then the default checks."""
+        for name in ("gpu", "walltime"):
+            value = getattr(resources, name)
+            if value:
+                raise ConfigError(
+                    f"the local backend cannot honour a {name} request ({value!r}): its "
+                    "jobs are processes of this machine, for which it reserves and "
+                    "limits nothing (cpu and memory requests are accepted but not "
+                    "enforced): drop the request or use a backend that can (docker, "
+                    "kubernetes, slurm)")
+        super().check_resources(resources)
 
     def _template(self) -> ForkServer:
         with self._lock:
@@ -166,7 +204,7 @@ class LocalBackend(Backend):
 
     def create_job(self, spec: JobSpec) -> Job:
         if spec.cpu or spec.memory or spec.gpu:
-            logger.debug("local backend does not enforce cpu/memory/gpu requests of %s", spec.name)
+            _warn_not_enforced(spec)
         env = dict(os.environ)
         env.update(spec.env)
         log_path = self._log_path(spec.name)

@@ -106,6 +106,7 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         sys.argv = [module]
+        _forget(module)
         runpy.run_module(module, run_name="__main__", alter_sys=True)
         code = 0
     except SystemExit as exc:
@@ -118,6 +119,20 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
             code = 1
     finally:
         os._exit(code)
+
+
+def _forget(module: str) -> None:
+    """Take ``module`` (imported by the template: :func:`_import_once`) out of
+    ``sys.modules`` and its package, so that the child runs it as ``python -m module``
+    would: as ``__main__`` only. runpy warns when the module it runs is imported
+    already (``RuntimeWarning: ... found in sys.modules after import of package ...``,
+    into every job's log) and would leave two copies of it. What the module imported
+    stays imported: that is the saving."""
+    sys.modules.pop(module, None)
+    parent, _, name = module.rpartition(".")
+    package = sys.modules.get(parent) if parent else None
+    if package is not None and name in vars(package):
+        delattr(package, name)
 
 
 def preload() -> None:
@@ -260,7 +275,9 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
 
 
 def _import_once(module: str) -> None:
-    """Import a job's module before forking (a failure is the job's to report)."""
+    """Import a job's module before forking, for the modules it imports (the child
+    runs the module itself afresh: :func:`_forget`); a failure is the job's to
+    report."""
     if module not in sys.modules:
         import importlib
 

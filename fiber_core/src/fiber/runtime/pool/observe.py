@@ -29,7 +29,7 @@ from fiber.backend.job import JobState
 from fiber.runtime import monitor
 
 __all__ = ["ERRORS_KEPT", "Meter", "RunningTask", "TaskError", "WINDOW", "errors_deque",
-           "pending", "record_errors", "slowest"]
+           "in_progress", "pending", "record_errors", "slowest"]
 
 ERRORS_KEPT = 10  # failed tasks remembered per pool
 SLOWEST_KEPT = 5  # tasks in progress a snapshot lists, longest running first
@@ -111,6 +111,17 @@ class Meter:
         if elapsed <= 0.05:  # too short to say
             return 0.0
         return max(0, count - base[1]) / elapsed
+
+
+def in_progress(workers: Iterable[Any]) -> int:
+    """How many tasks are in progress: one per worker whose running batch has a task
+    without a result (a worker runs its tasks one at a time; the others it holds,
+    those of its batch and of the batch it holds in advance, are waiting)."""
+    count = 0
+    for w in workers:
+        if w.order and w.held.get(w.order[0]):
+            count += 1
+    return count
 
 
 def slowest(workers: Iterable[Any], now: float | None = None) -> tuple[RunningTask, ...]:

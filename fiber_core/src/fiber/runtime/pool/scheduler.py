@@ -129,6 +129,9 @@ class Task:
         if self.kind == _CALL:
             args, kwds = self.payload
             return f"call with args={args!r:.200} kwds={kwds!r:.100}"
+        if self.count > 1:  # a chunk: its time is that of all its items
+            return (f"items {self.start}-{self.start + self.count - 1} "
+                    f"({self.payload[0]!r:.200}, ...)")
         return f"item {self.start} ({self.payload[0]!r:.200})"
 
 
