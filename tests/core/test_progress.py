@@ -24,7 +24,9 @@ PROGRAM = textwrap.dedent("""
     if __name__ == "__main__":
         with fiber.Pool(2) as pool:
             assert pool.map(nap, range(4)) == list(range(4))  # short: no bar
-            assert list(pool.imap(nap, range(30))) == list(range(30))
+            # 40 x 0.15 s on 2 workers: 3 s, a second past the bar's delay (at 30 tasks
+            # the 0.25 s left was less than a loaded machine delays the bar's thread)
+            assert list(pool.imap(nap, range(40))) == list(range(40))
         print("done", flush=True)
 """)
 
@@ -65,7 +67,7 @@ def run_on_a_terminal(tmp_path, program=PROGRAM, **env_extra):
 def test_a_long_map_shows_a_bar_on_a_terminal(tmp_path):
     stdout, shown = run_on_a_terminal(tmp_path, FIBER_PROGRESS="true")
     assert stdout == "done\n"
-    assert "fiber imap" in shown and "30/30" in shown  # labelled by the call
+    assert "fiber imap" in shown and "40/40" in shown  # labelled by the call
     assert "/4 " not in shown  # the short map (0.3 s) had none
 
 
