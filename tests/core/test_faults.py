@@ -168,7 +168,7 @@ def test_manager_server_killed_from_outside_fails_its_proxies_promptly(run_scrip
             thread = threading.Thread(target=waiter)
             thread.start()
             time.sleep(0.5)
-            os.kill(manager._process.pid, signal.SIGKILL)
+            os.kill(manager.process.pid, signal.SIGKILL)
             started = time.monotonic()
             thread.join(60)
             try:

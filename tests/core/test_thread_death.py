@@ -286,8 +286,8 @@ if __name__ == "__main__":
 if __name__ == "__main__":
     manager = fiber.Manager()
     report(lambda: manager.list([1]))
-    manager._process.kill()
-    manager._process.join()
+    manager.process.kill()
+    manager.process.join()
 """, "FiberThreadError"),
     # (the process's server of shared objects, used here by a proxy of the creator
     # itself: the same server and connections a process of another host uses)

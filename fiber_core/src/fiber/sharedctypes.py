@@ -454,9 +454,12 @@ def _rebuild_synchronized(desc: Any, name: str, host: bytes | None, token: Any,
     return proxy
 
 
-def _path(obj: Any) -> str:
-    """For tests: ``"native"`` (shared memory of this host) or ``"creator"`` (through
-    the process that created the object)."""
+def shared_path(obj: Any) -> str:
+    """fiber extension: which path the shared object ``obj`` takes in this process:
+    ``"native"`` (this host's shared memory, mapped here) or ``"creator"`` (a proxy:
+    each access goes through the process that created it). The same question
+    :func:`fiber.synchronize.shared_path` answers for locks; tests and diagnostics ask
+    it. Raises TypeError for an object that is not of :mod:`fiber.sharedctypes`."""
     if isinstance(obj, _RawProxy):
         return "creator"
     if isinstance(obj, SynchronizedBase):

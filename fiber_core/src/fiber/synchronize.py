@@ -107,13 +107,13 @@ def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any,
     return proxy
 
 
-def _shared_path(obj: Any) -> str:
-    """Which path ``obj`` takes in this process (for tests): ``"native"`` (this process
-    uses the semaphores itself) or ``"creator"`` (a proxy: through the creator)."""
+def shared_path(obj: Any) -> str:
+    """fiber extension: which path the primitive ``obj`` takes in this process:
+    ``"native"`` (this process uses the semaphores itself) or ``"creator"`` (a proxy:
+    each operation goes through the process that created it). The same question
+    :func:`fiber.sharedctypes.shared_path` answers for shared values; tests and
+    diagnostics ask it."""
     return "creator" if isinstance(obj, BaseProxy) else "native"
-
-
-_path = _shared_path  # the name sharedctypes uses for the same question
 
 
 # -- the primitives -------------------------------------------------------------------
