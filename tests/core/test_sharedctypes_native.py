@@ -233,8 +233,10 @@ def test_a_killed_creator_fails_remote_holders_promptly(monkeypatch):
     q, go = fiber.Queue(), fiber.Queue()
     p = fiber.Process(target=creator, args=(q, go))
     p.start()
-    monkeypatch.setattr(shm, "_token", None)  # this process: "another host"
-    monkeypatch.setattr(shm, "_token_known", True)
+    # this process: "another host" (the token it had is given back at the end)
+    # (private names: monkeypatch gives back the state exactly, set_host_token has no undo)
+    monkeypatch.setattr(shm.host, "_token", None)
+    monkeypatch.setattr(shm.host, "_token_known", True)
     pid, value, array = q.get(timeout=60)
     assert sharedctypes.shared_path(value) == sharedctypes.shared_path(array) == "creator"
     assert value.value == 2.5 and array[:] == [7, 8]
