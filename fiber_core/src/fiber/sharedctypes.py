@@ -334,18 +334,25 @@ class SynchronizedBase:
                                        auth.for_stdlib_child())
 
 
+def _under_lock(name: str) -> property:
+    """A property that reads and writes the wrapped object's attribute ``name`` under
+    the wrapper's lock (``.value``, ``.raw``)."""
+
+    def get(self: SynchronizedBase) -> Any:
+        with self._lock:
+            return getattr(self._obj, name)
+
+    def set_(self: SynchronizedBase, value: Any) -> None:
+        with self._lock:
+            setattr(self._obj, name, value)
+
+    return property(get, set_, doc=f"The object's ``{name}``, under the lock.")
+
+
 class Synchronized(SynchronizedBase):
     """A synchronized simple value: ``.value`` under the lock."""
 
-    @property
-    def value(self) -> Any:
-        with self._lock:
-            return self._obj.value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        with self._lock:
-            self._obj.value = value
+    value = _under_lock("value")
 
 
 class SynchronizedArray(SynchronizedBase):
@@ -366,25 +373,8 @@ class SynchronizedArray(SynchronizedBase):
 class SynchronizedString(SynchronizedArray):
     """A synchronized char array: also ``.value`` and ``.raw`` under the lock."""
 
-    @property
-    def value(self) -> Any:
-        with self._lock:
-            return self._obj.value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        with self._lock:
-            self._obj.value = value
-
-    @property
-    def raw(self) -> Any:
-        with self._lock:
-            return self._obj.raw
-
-    @raw.setter
-    def raw(self, value: Any) -> None:
-        with self._lock:
-            self._obj.raw = value
+    value = _under_lock("value")
+    raw = _under_lock("raw")
 
 
 # --- pickling ----------------------------------------------------------------------

@@ -10,15 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from fiber.context import functions
 from fiber.context.factories import Factories
-from fiber.context.functions import (
-    allow_connection_pickling,
-    cpu_count,
-    freeze_support,
-    get_config_value,
-    set_executable,
-    set_forkserver_preload,
-)
 from fiber.errors import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
 
 if TYPE_CHECKING:  # imported where used (start-up time: the runtime, the wire)
@@ -46,12 +39,12 @@ class BaseContext(Factories):
     TimeoutError = TimeoutError
     AuthenticationError = AuthenticationError
 
-    cpu_count = staticmethod(cpu_count)
-    freeze_support = staticmethod(freeze_support)
-    set_executable = staticmethod(set_executable)
-    set_forkserver_preload = staticmethod(set_forkserver_preload)
-    allow_connection_pickling = staticmethod(allow_connection_pickling)
-    get_config_value = staticmethod(get_config_value)
+    cpu_count = staticmethod(functions.cpu_count)
+    freeze_support = staticmethod(functions.freeze_support)
+    set_executable = staticmethod(functions.set_executable)
+    set_forkserver_preload = staticmethod(functions.set_forkserver_preload)
+    allow_connection_pickling = staticmethod(functions.allow_connection_pickling)
+    get_config_value = staticmethod(functions.get_config_value)
 
     def run_target(self) -> Target:
         """fiber extension: the target this context's objects are served for and its
