@@ -328,7 +328,7 @@ if __name__ == "__main__":
     ps = [fiber.Process(target=time.sleep, args=(30,), daemon=True) for _ in range(2)]
     for p in ps:
         p.start()
-    errors = fiber_run.backend().terminate_jobs([p._popen.job for p in ps], True)
+    errors = fiber_run.backend().terminate_jobs([p.job for p in ps], True)
     for error in errors.values():
         print("RAISED", type(error).__name__, 0, error, flush=True)
     for p in ps:
