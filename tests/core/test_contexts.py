@@ -95,7 +95,7 @@ def test_resources_merge_and_reach_the_job_spec():
     p = fiber.Process(target=_sleep_briefly, resources={"memory": "2G"})
     p.start()
     try:
-        spec = p._popen.job.spec
+        spec = p.job.spec
         assert (spec.cpu, spec.memory, spec.gpu, spec.walltime) == (2.0, 2048, None, None)
         assert spec.extra == {}
     finally:

@@ -168,7 +168,7 @@ def test_manager_server_killed_from_outside_fails_its_proxies_promptly(run_scrip
             thread = threading.Thread(target=waiter)
             thread.start()
             time.sleep(0.5)
-            os.kill(manager._process.pid, signal.SIGKILL)
+            os.kill(manager.process.pid, signal.SIGKILL)
             started = time.monotonic()
             thread.join(60)
             try:
@@ -534,7 +534,7 @@ def test_new_program_sweeps_segments_of_dead_processes(run_script):
     new program creates its hub; one of a live process stays."""
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
-    pidns = shm._pidns()
+    pidns = shm.pidns()
     dead = f"fiber-{pidns}-{gone.pid}-{gone.pid}-{secrets.token_hex(8)}"
     live = f"fiber-{pidns}-{os.getpid()}-{os.getpid()}-{secrets.token_hex(8)}"
     for name in (dead, live):

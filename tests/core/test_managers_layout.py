@@ -19,7 +19,8 @@ from fiber.runtime.managers import stdlib
 def _of_default_context(face):
     """``face`` is the default context's method of its name (as multiprocessing's
     module functions are)."""
-    return (face.__self__ is fiber.context._default_context
+    # the default context is the object fiber.context.get_context is a method of
+    return (face.__self__ is fiber.context.get_context.__self__
             and face.__func__ is getattr(fiber.context.BaseContext, face.__name__))
 
 

@@ -54,7 +54,7 @@ def _use_and_drop(manager_class: type) -> int:
         values = [handle.get(60) for handle in values]
         things[1].get()  # a handle dropped unread
     assert values == [0, 1, 2]
-    return manager._process.pid
+    return manager.process.pid
 
 
 def _servers_left(pids: list[int], timeout: float = 60) -> tuple[list[int], list[str]]:

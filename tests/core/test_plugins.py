@@ -93,3 +93,19 @@ def test_example_plugin_passes_the_shipped_suite():
     assert " passed" in summary and "failed" not in summary and "error" not in summary, out
     ran = int(summary.split(" passed")[0].split()[-1])
     assert ran >= 80, summary  # the contract and the portable tests, not a handful
+
+
+def test_unknown_fiber_backend_is_one_usage_error(tmp_path):
+    """`pytest --fiber-backend nosuch` stops before collecting anything, with one
+    usage error that names the installed backends (pytest run for real, in a
+    subprocess, as a backend's author runs it)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "--fiber-backend", "nosuch", "-q",
+         "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = result.stdout + result.stderr
+    assert result.returncode == pytest.ExitCode.USAGE_ERROR, out[-3000:]
+    assert "no installed fiber backend is named 'nosuch'" in out
+    installed = ", ".join(sorted(registry.backends()))
+    assert f"(installed: {installed})" in out
+    assert out.count("ERROR") == 1 and " failed" not in out and " passed" not in out, out

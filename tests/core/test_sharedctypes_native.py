@@ -107,7 +107,7 @@ def test_raw_objects_are_ctypes_objects_over_shared_memory():
     a[2] = 7.5
     with open(os.path.join(shm.DIRECTORY, name), "rb") as f:
         assert f.read(32)[16:24] == bytes(ctypes.c_double(7.5))
-    assert sharedctypes._path(a) == "native"
+    assert sharedctypes.shared_path(a) == "native"
 
 
 def test_a_plain_ctypes_object_still_pickles_by_value():
@@ -127,7 +127,7 @@ def test_a_wrapper_of_memory_that_is_not_shared_does_not_pickle():
 
 # -- across processes --------------------------------------------------------------------
 def writer(value, array, string, points, raw, q) -> None:
-    q.put([sharedctypes._path(x) for x in (value, array, string, points, raw)])
+    q.put([sharedctypes.shared_path(x) for x in (value, array, string, points, raw)])
     value.value += 40
     array[1] = -1.5
     array[2:4] = [8.0, 9.0]
@@ -178,7 +178,7 @@ def reader(q, back) -> None:
         item = q.get(timeout=60)
         if item is None:
             return
-        back.put((sharedctypes._path(item), item[:] if hasattr(item, "__len__") else item.value))
+        back.put((sharedctypes.shared_path(item), item[:] if hasattr(item, "__len__") else item.value))
         item[0] = 99  # seen by the creator, whatever the path
 
 
@@ -233,10 +233,12 @@ def test_a_killed_creator_fails_remote_holders_promptly(monkeypatch):
     q, go = fiber.Queue(), fiber.Queue()
     p = fiber.Process(target=creator, args=(q, go))
     p.start()
-    monkeypatch.setattr(shm, "_token", None)  # this process: "another host"
-    monkeypatch.setattr(shm, "_token_known", True)
+    # this process: "another host" (the token it had is given back at the end)
+    # (private names: monkeypatch gives back the state exactly, set_host_token has no undo)
+    monkeypatch.setattr(shm.host, "_token", None)
+    monkeypatch.setattr(shm.host, "_token_known", True)
     pid, value, array = q.get(timeout=60)
-    assert sharedctypes._path(value) == sharedctypes._path(array) == "creator"
+    assert sharedctypes.shared_path(value) == sharedctypes.shared_path(array) == "creator"
     assert value.value == 2.5 and array[:] == [7, 8]
     assert shm.state_names(pid)  # the creator's blocks exist
     p.kill()
@@ -255,7 +257,7 @@ def test_native_holders_keep_the_memory_of_a_killed_creator():
     p = fiber.Process(target=creator, args=(q, go))
     p.start()
     pid, value, array = q.get(timeout=60)
-    assert sharedctypes._path(value) == "native"
+    assert sharedctypes.shared_path(value) == "native"
     p.kill()
     p.join(30)
     shm.sweep()

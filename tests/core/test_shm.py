@@ -56,7 +56,7 @@ def pipe_echo(conn) -> None:
     while True:
         obj = conn.recv()
         if obj is None:
-            conn.send(shm._used)
+            conn.send(shm.used())
             return
         conn.send(obj)
 
@@ -65,7 +65,7 @@ def queue_echo(inbox, outbox) -> None:
     while True:
         obj = inbox.get()
         if obj is None:
-            outbox.put(shm._used)
+            outbox.put(shm.used())
             return
         outbox.put(obj)
 
@@ -130,7 +130,7 @@ def holder(q, ready) -> None:
 @pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "one-off"])
 def test_receiver_killed_while_holding_an_array(monkeypatch, pooled):
     if not pooled:
-        monkeypatch.setattr(shm, "POOL_SLOTS", 0)
+        monkeypatch.setattr(shm.pool, "POOL_SLOTS", 0)  # the sender's pool reads it
     q, ready = fiber.Queue(), fiber.Queue()
     arr = np.ones(4 * MB, dtype=np.uint8)
     for _ in range(3):
@@ -175,7 +175,7 @@ def test_unread_items_of_a_queue_sent_to_a_child_at_exit(run_script):
 @pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "one-off"])
 def test_unread_items_of_a_collected_queue(monkeypatch, pooled):
     if not pooled:
-        monkeypatch.setattr(shm, "POOL_SLOTS", 0)
+        monkeypatch.setattr(shm.pool, "POOL_SLOTS", 0)  # the sender's pool reads it
     q = fiber.Queue()
     for i in range(4):
         q.put(np.full(2 * MB, i, dtype=np.uint8))
@@ -235,7 +235,7 @@ def test_shared_memory_turned_off(run_script):
             a.send(arr)
             assert (a.recv() == arr).all()
             p.join()
-            print("used", shm._used, shm.host_token())
+            print("used", shm.used(), shm.host_token())
     """, env={"_FIBER_SHM": "0"})
     assert out.returncode == 0, out.stderr
     assert "used False None" in out.stdout
@@ -251,7 +251,7 @@ def owner_of_a_queue(back, go) -> None:
 @pytest.mark.parametrize("pooled", [True, False], ids=["pooled", "one-off"])
 def test_items_sent_to_a_queue_of_a_child_that_ends_unread(monkeypatch, pooled):
     if not pooled:
-        monkeypatch.setattr(shm, "POOL_SLOTS", 0)
+        monkeypatch.setattr(shm.pool, "POOL_SLOTS", 0)  # the sender's pool reads it
     back, go = fiber.Queue(), fiber.Queue()
     p = fiber.Process(target=owner_of_a_queue, args=(back, go))
     p.start()
@@ -263,7 +263,7 @@ def test_items_sent_to_a_queue_of_a_child_that_ends_unread(monkeypatch, pooled):
     p.join(60)
     assert p.exitcode == 0
     deadline = time.monotonic() + 30  # join may return a moment before the pid is gone
-    while shm._alive(p.pid) and time.monotonic() < deadline:
+    while shm.alive(p.pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     shm.close_pool(dead_owners_only=True)
     shm.sweep()
@@ -273,7 +273,7 @@ def test_items_sent_to_a_queue_of_a_child_that_ends_unread(monkeypatch, pooled):
 def test_bytes_when_no_segment_can_be_made(monkeypatch, tmp_path):
     """Fakes a /dev/shm that cannot take the segment (a missing directory stands for a
     full or absent one): the message goes as bytes and arrives all the same."""
-    monkeypatch.setattr(shm, "DIRECTORY", str(tmp_path / "missing"))
+    monkeypatch.setattr(shm.segment, "DIRECTORY", str(tmp_path / "missing"))
     arr = np.arange(2 * MB)
     data = serialization.dumps(arr, lambda: os.getpid())
     assert not serialization.is_shared(data)

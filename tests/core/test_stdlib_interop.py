@@ -420,7 +420,7 @@ def test_shared_objects_through_their_creator_in_a_stdlib_child(run_script, meth
         from fiber import synchronize
 
         def child(lock, value, array, q):
-            q.put(synchronize._shared_path(lock))
+            q.put(synchronize.shared_path(lock))
             with lock:
                 value.value += 1
             array[1] = 7

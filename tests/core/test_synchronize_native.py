@@ -234,7 +234,7 @@ def _child(blob, objs, q, shared_memory):
         fiber.init(shared_memory=False)  # as FIBER_SHARED_MEMORY=false: before unpickling
         objs = pickle.loads(blob)
     lock, rlock, sem, bsem, cond, ev, go, bar = objs
-    q.put([synchronize._shared_path(o) for o in objs])
+    q.put([synchronize.shared_path(o) for o in objs])
     with cond:
         cond.notify()  # the parent waits in cond.wait()
     lock.acquire()
@@ -298,7 +298,7 @@ def _remote_holder(blob, q):
     fiber.init(shared_memory=False)
     lock, ev = pickle.loads(blob)
     with lock:
-        q.put(synchronize._shared_path(lock))
+        q.put(synchronize.shared_path(lock))
     t0 = time.monotonic()
     try:
         ev.wait()  # blocked in the creator when it is killed
@@ -317,7 +317,7 @@ def test_a_killed_creator():
     creator.start()
     blob = q.get(120)
     lock, ev = pickle.loads(blob)  # same host: native
-    assert synchronize._shared_path(lock) == "native"
+    assert synchronize.shared_path(lock) == "native"
     holder = fiber.Process(target=_remote_holder, args=(blob, q))
     holder.start()
     assert q.get(120) == "creator"
@@ -398,7 +398,7 @@ def test_without_named_semaphores_the_creator_serves(run_script):
             lock, rlock, sem, cond, ev = objs
             with rlock, rlock:
                 r = repr(rlock)
-            q.put(([synchronize._shared_path(o) for o in objs], r, lock.acquire(False),
+            q.put(([synchronize.shared_path(o) for o in objs], r, lock.acquire(False),
                    sem.acquire(timeout=0.05)))
             with cond:
                 cond.notify()

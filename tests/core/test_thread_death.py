@@ -294,8 +294,8 @@ if __name__ == "__main__":
 if __name__ == "__main__":
     manager = fiber.Manager()
     report(lambda: manager.list([1]))
-    manager._process.kill()
-    manager._process.join()
+    manager.process.kill()
+    manager.process.join()
 """, "FiberThreadError"),
     # (the process's server of shared objects, used here by a proxy of the creator
     # itself: the same server and connections a process of another host uses)
@@ -336,7 +336,7 @@ if __name__ == "__main__":
     ps = [fiber.Process(target=time.sleep, args=(30,), daemon=True) for _ in range(2)]
     for p in ps:
         p.start()
-    errors = fiber_run.backend().terminate_jobs([p._popen.job for p in ps], True)
+    errors = fiber_run.backend().terminate_jobs([p.job for p in ps], True)
     for error in errors.values():
         print("RAISED", type(error).__name__, 0, error, flush=True)
     for p in ps:

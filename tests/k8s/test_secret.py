@@ -60,7 +60,7 @@ def test_pod_spec_holds_no_secret_and_the_secret_goes_with_the_run(admin_api):
     name = secret_name(fiber.runtime.run.run_id())
     try:
         assert q.get(timeout=300) == hashlib.sha256(key.encode()).hexdigest()
-        job = p._popen.job
+        job = p.job
         namespace = job.handle
         pod = admin_api.read_namespaced_pod(job.id, namespace)
         text = json.dumps(admin_api.api_client.sanitize_for_serialization(pod))

@@ -120,7 +120,7 @@ def test_pool_is_one_array_a_killed_task_is_replaced_and_nothing_is_left(
         arrays = {job_id.split("_")[0] for job_id in ids}
         assert len(arrays) == 1, ids  # one sbatch
         assert sorted(int(job_id.split("_")[1]) for job_id in ids) == list(range(16))
-        outputs = [w.process._popen.job.handle.output for w in live_workers(pool)]
+        outputs = [w.process.job.handle.output for w in live_workers(pool)]
         assert len(set(outputs)) == 16
         assert set(squeue_live(f"fiber-{run}")) >= set(ids)
         victim = live_workers(pool)[3].process

@@ -70,7 +70,7 @@ def test_no_onlooker_of_the_cluster_sees_the_secret(slurm_cluster):
         digest, left = q.get(timeout=180)
         assert digest == hashlib.sha256(key.encode()).hexdigest()
         assert left is None  # read, and its variable gone
-        job = p._popen.job
+        job = p.job
         assert not any(_onlookers_see(key, job.id).values())
         assert not os.path.exists(secrets_path(job.handle.output))  # removed by the job
         go.put(1)

@@ -54,7 +54,7 @@ def test_no_onlooker_on_the_host_sees_the_secret(ssh_fiber, ssh_hosts):
     p.start()
     try:
         assert q.get(timeout=120) == hashlib.sha256(key.encode()).hexdigest()
-        assert p._popen.job.backend == "ssh"
+        assert p.job.backend == "ssh"
         args = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True,
                               check=True).stdout
         assert "fiber.runtime.bootstrap" in args  # the job is there, and shown

@@ -3,18 +3,26 @@ process started (:func:`start_time`: a pid and its start time name one process, 
 reused pid is not taken for it), and whether a directory is private to this user
 (:func:`check_private`, and :func:`private_directory`, which warns once instead of
 raising). The local backend's job records, the run records and the registrations
-``fiber top`` reads are kept in such directories, named after such processes.
+``fiber top`` reads are kept in such directories, named after such processes, each
+written whole or not at all (:func:`write_record`) and read back alike
+(:func:`read_records`).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import stat
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from fiber.errors import NotPrivateError
 
-__all__ = ["check_private", "private_directory", "start_time"]
+__all__ = ["check_private", "private_directory", "start_time", "write_record",
+           "read_records"]
+
+T = TypeVar("T")
 
 logger = logging.getLogger("fiber")
 
@@ -91,3 +99,37 @@ def start_time(pid: int) -> int | None:
     if fields[0] in (b"Z", b"X"):
         return None
     return int(fields[19])
+
+
+def write_record(path: str, data: Any) -> None:
+    """Write ``data`` as JSON to ``path``, readable by this user only (0600), so that
+    readers see the whole record or none: it is written next to ``path`` and renamed
+    onto it. Raises OSError (what is written beside is left for the caller's sweep of
+    its directory)."""
+    partial = path + ".partial"
+    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f)
+    os.replace(partial, path)
+
+
+def read_records(path: str, build: Callable[[str, dict[str, Any]], T],
+                 kind: str) -> Iterator[T]:
+    """The records of directory ``path`` (its ``*.json`` files, as :func:`write_record`
+    writes them), each made by ``build(file, data)``, in the order of their names. A
+    record removed meanwhile is passed over; one that cannot be read or built is
+    passed over and logged (debug) as an unreadable ``kind``."""
+    for entry in sorted(os.listdir(path)):
+        if not entry.endswith(".json"):
+            continue
+        file = os.path.join(path, entry)
+        try:
+            with open(file) as f:
+                data = json.load(f)
+            made = build(file, data)
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            logger.debug("ignoring the unreadable %s %s: %s", kind, entry, exc)
+            continue
+        yield made

@@ -164,6 +164,14 @@ class BaseManager(stdlib.BaseManager):
 
     _finalize_manager = staticmethod(server.finalize)
 
+    @property
+    def process(self) -> Process | None:
+        """fiber extension: the Process (a fiber job) that runs this manager's server,
+        None before :meth:`start` (and for a manager that connects to a server it did
+        not start). For code that watches the server: ``join``, ``is_alive``,
+        ``exitcode``, ``pid``; ``shutdown()`` remains the way to end it."""
+        return getattr(self, "_process", None)
+
     def __repr__(self) -> str:
         where = f" at {self._address[0]}:{self._address[1]}" if self._address else ""
         return f"<{type(self).__name__}{where} state={self._state.value}>"

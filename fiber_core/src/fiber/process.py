@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from fiber import util
-from fiber.backend import Resources
+from fiber.backend import Job, Resources
 from fiber.runtime import run
 from fiber.wire import auth
 from fiber.wire.serialization import rebind_main
@@ -217,6 +217,13 @@ class Process:
     def job_id(self) -> str | None:
         """fiber extension: the backend's id of the job (container id, pod name...)."""
         return self._popen.job.id if self._popen is not None else None
+
+    @property
+    def job(self) -> Job | None:
+        """fiber extension: the backend's :class:`fiber.backend.Job` this process runs
+        as (its id, host, the spec it was made from), None before :meth:`start` and
+        until the backend has created it. For tests and tools that look at the job."""
+        return getattr(self._popen, "job", None) if self._popen is not None else None
 
     @property
     def host(self) -> str | None:

@@ -334,18 +334,25 @@ class SynchronizedBase:
                                        auth.for_stdlib_child())
 
 
+def _under_lock(name: str) -> property:
+    """A property that reads and writes the wrapped object's attribute ``name`` under
+    the wrapper's lock (``.value``, ``.raw``)."""
+
+    def get(self: SynchronizedBase) -> Any:
+        with self._lock:
+            return getattr(self._obj, name)
+
+    def set_(self: SynchronizedBase, value: Any) -> None:
+        with self._lock:
+            setattr(self._obj, name, value)
+
+    return property(get, set_, doc=f"The object's ``{name}``, under the lock.")
+
+
 class Synchronized(SynchronizedBase):
     """A synchronized simple value: ``.value`` under the lock."""
 
-    @property
-    def value(self) -> Any:
-        with self._lock:
-            return self._obj.value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        with self._lock:
-            self._obj.value = value
+    value = _under_lock("value")
 
 
 class SynchronizedArray(SynchronizedBase):
@@ -366,25 +373,8 @@ class SynchronizedArray(SynchronizedBase):
 class SynchronizedString(SynchronizedArray):
     """A synchronized char array: also ``.value`` and ``.raw`` under the lock."""
 
-    @property
-    def value(self) -> Any:
-        with self._lock:
-            return self._obj.value
-
-    @value.setter
-    def value(self, value: Any) -> None:
-        with self._lock:
-            self._obj.value = value
-
-    @property
-    def raw(self) -> Any:
-        with self._lock:
-            return self._obj.raw
-
-    @raw.setter
-    def raw(self, value: Any) -> None:
-        with self._lock:
-            self._obj.raw = value
+    value = _under_lock("value")
+    raw = _under_lock("raw")
 
 
 # --- pickling ----------------------------------------------------------------------
@@ -454,9 +444,12 @@ def _rebuild_synchronized(desc: Any, name: str, host: bytes | None, token: Any,
     return proxy
 
 
-def _path(obj: Any) -> str:
-    """For tests: ``"native"`` (shared memory of this host) or ``"creator"`` (through
-    the process that created the object)."""
+def shared_path(obj: Any) -> str:
+    """fiber extension: which path the shared object ``obj`` takes in this process:
+    ``"native"`` (this host's shared memory, mapped here) or ``"creator"`` (a proxy:
+    each access goes through the process that created it). The same question
+    :func:`fiber.synchronize.shared_path` answers for locks; tests and diagnostics ask
+    it. Raises TypeError for an object that is not of :mod:`fiber.sharedctypes`."""
     if isinstance(obj, _RawProxy):
         return "creator"
     if isinstance(obj, SynchronizedBase):

@@ -107,13 +107,13 @@ def _rebuild(cls_name: str, state: Any, host: bytes | None, token: Any,
     return proxy
 
 
-def _shared_path(obj: Any) -> str:
-    """Which path ``obj`` takes in this process (for tests): ``"native"`` (this process
-    uses the semaphores itself) or ``"creator"`` (a proxy: through the creator)."""
+def shared_path(obj: Any) -> str:
+    """fiber extension: which path the primitive ``obj`` takes in this process:
+    ``"native"`` (this process uses the semaphores itself) or ``"creator"`` (a proxy:
+    each operation goes through the process that created it). The same question
+    :func:`fiber.sharedctypes.shared_path` answers for shared values; tests and
+    diagnostics ask it."""
     return "creator" if isinstance(obj, BaseProxy) else "native"
-
-
-_path = _shared_path  # the name sharedctypes uses for the same question
 
 
 # -- the primitives -------------------------------------------------------------------
@@ -190,12 +190,15 @@ class Semaphore(SemLock):
         """The semaphore's value."""
         return self._semlock._get_value()
 
-    def _describe(self, me: str) -> str:
+    def _shown_value(self) -> Any:
+        """The value a repr shows: ``unknown`` when it cannot be read."""
         try:
-            value: Any = self._semlock._get_value()
+            return self._semlock._get_value()
         except Exception:  # noqa: BLE001 - as multiprocessing's repr
-            value = "unknown"
-        return f"<{type(self).__name__}(value={value})>"
+            return "unknown"
+
+    def _describe(self, me: str) -> str:
+        return f"<{type(self).__name__}(value={self._shown_value()})>"
 
 
 class BoundedSemaphore(Semaphore):
@@ -207,11 +210,8 @@ class BoundedSemaphore(Semaphore):
         SemLock.__init__(self, SEMAPHORE, value, value)
 
     def _describe(self, me: str) -> str:
-        try:
-            value: Any = self._semlock._get_value()
-        except Exception:  # noqa: BLE001 - as multiprocessing's repr
-            value = "unknown"
-        return f"<{type(self).__name__}(value={value}, maxvalue={self._semlock.maxvalue})>"
+        return (f"<{type(self).__name__}(value={self._shown_value()}, "
+                f"maxvalue={self._semlock.maxvalue})>")
 
 
 class Lock(SemLock):

@@ -29,10 +29,10 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import sys
 import threading
 from collections.abc import Callable
 
+from fiber import util
 from fiber.errors import FiberThreadError
 
 __all__ = ["FAULT_ENV", "KINDS", "THREAD_DIED_EXIT", "deaths", "end_process", "guarded",
@@ -172,10 +172,4 @@ def end_process(error: FiberThreadError) -> None:
     """The ``fails`` of a job's thread that the job cannot go on without: one line on
     the job's stderr (its log), then exit with :data:`THREAD_DIED_EXIT`, so that its
     parent sees a lost process at once rather than a silent one."""
-    try:
-        stream = sys.__stderr__
-        if stream is not None:
-            stream.write(f"fiber: {error}; this job exits\n")
-            stream.flush()
-    finally:
-        os._exit(THREAD_DIED_EXIT)
+    util.exit_now(f"fiber: {error}; this job exits", THREAD_DIED_EXIT)

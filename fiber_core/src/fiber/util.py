@@ -46,7 +46,7 @@ import threading
 import warnings
 import weakref
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 __all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr", "flush_std_streams",
            "MANAGERS", "FINALIZERS", "CHILDREN", "LATE_FINALIZERS", "MAILBOXES", "SHARED_STATE",
@@ -55,7 +55,7 @@ __all__ = ["at_exit", "run_exit_callbacks", "get_logger", "log_to_stderr", "flus
            "sub_debug", "debug", "info", "sub_warning", "get_temp_dir",
            "register_after_fork", "is_exiting", "Finalize", "ForkAwareThreadLock",
            "ForkAwareLocal", "close_all_fds_except", "SUBDEBUG", "SUBWARNING",
-           "LOGGER_NAME", "DEFAULT_LOGGING_FORMAT", "warn_deprecated"]
+           "LOGGER_NAME", "DEFAULT_LOGGING_FORMAT", "warn_deprecated", "exit_now"]
 
 MANAGERS = 50
 FINALIZERS = 45
@@ -337,6 +337,18 @@ def flush_std_streams() -> None:
             stream.flush()
         except (AttributeError, ValueError, OSError):
             pass
+
+
+def exit_now(line: str, code: int) -> NoReturn:
+    """End this process at once with exit status ``code`` (no cleanup: a job that
+    cannot go on), after writing ``line`` to its original stderr (the job's log)."""
+    try:
+        stream = sys.__stderr__
+        if stream is not None:
+            stream.write(line + "\n")
+            stream.flush()
+    finally:
+        os._exit(code)
 
 
 def close_all_fds_except(fds: Iterable[int]) -> None:

@@ -31,7 +31,7 @@ import threading
 import time
 import traceback
 
-from fiber import threads
+from fiber import threads, util
 from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, parent_link, run
@@ -49,13 +49,7 @@ def _parent_gone(reason: str) -> None:
 
 
 def _exit_parent_gone(reason: str) -> None:
-    try:
-        stderr = sys.__stderr__
-        if stderr is not None:
-            stderr.write(f"fiber: parent process is gone ({reason}); exiting\n")
-            stderr.flush()
-    finally:
-        os._exit(PARENT_GONE_EXIT)
+    util.exit_now(f"fiber: parent process is gone ({reason}); exiting", PARENT_GONE_EXIT)
 
 
 class _Forwarder(io.TextIOBase):

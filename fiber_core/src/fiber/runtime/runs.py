@@ -24,7 +24,6 @@ left on the record's backend.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -33,10 +32,10 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from fiber import util
-from fiber.host import private_directory, start_time
+from fiber.host import private_directory, read_records, start_time, write_record
 
 __all__ = ["LIVE", "ENDED", "UNKNOWN", "RunRecord", "directory", "forget", "read_all",
            "register", "state"]
@@ -109,12 +108,8 @@ def register(run: str, backend: str) -> None:
         data = {"run": run, "pid": pid, "started": started, "boot": _boot_id(),
                 "host": socket.gethostname(), "backend": backend, "argv": sys.argv}
         final = os.path.join(path, f"{run}-{pid}-{started}.json")
-        partial = final + ".partial"
         try:
-            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as f:
-                json.dump(data, f)
-            os.replace(partial, final)  # readers see the whole record or none
+            write_record(final, data)  # readers see the whole record or none
         except OSError as exc:
             logger.debug("cannot write the run record %s: %s", final, exc)
             return
@@ -144,25 +139,17 @@ def _unregister() -> None:
             pass
 
 
+def _record_of(file: str, data: dict[str, Any]) -> RunRecord:
+    return RunRecord(str(data["run"]), int(data["pid"]), int(data["started"]),
+                     str(data["boot"]), str(data["host"]), str(data["backend"]), file)
+
+
 def read_all() -> Iterator[RunRecord]:
     """Every run record of this user on this machine."""
     path = private_directory(directory(), create=False)
     if path is None:
         return
-    for entry in sorted(os.listdir(path)):
-        if not entry.endswith(".json"):
-            continue
-        file = os.path.join(path, entry)
-        try:
-            with open(file) as f:
-                data = json.load(f)
-            yield RunRecord(str(data["run"]), int(data["pid"]), int(data["started"]),
-                            str(data["boot"]), str(data["host"]), str(data["backend"]),
-                            file)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.debug("ignoring the unreadable run record %s: %s", entry, exc)
+    yield from read_records(path, _record_of, "run record")
 
 
 def state(run: str, records: list[RunRecord] | None = None) -> State:

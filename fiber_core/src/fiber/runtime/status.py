@@ -44,7 +44,7 @@ from typing import Any
 from fiber import threads, util
 from fiber._version import __version__
 from fiber.errors import NotPrivateError
-from fiber.host import check_private, start_time
+from fiber.host import check_private, read_records, start_time, write_record
 from fiber.runtime import config
 from fiber.runtime import run as run_module
 from fiber.wire import transport
@@ -134,12 +134,8 @@ def _write_registration(address: str, cid: int, authkey: bytes) -> str | None:
             "cwd": os.getcwd(), "since": _started_wall, "job": run_module.is_job(),
             "fiber": __version__}
     final = os.path.join(path, f"{pid}-{started}.json")
-    partial = final + ".partial"
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(partial, final)
+        write_record(final, data)  # readers see the whole record or none
     except OSError as exc:
         logger.debug("cannot write the status registration %s: %s", final, exc)
         return None
@@ -230,6 +226,12 @@ class Program:
         return start_time(self.pid) == self.started
 
 
+def _program_of(file: str, data: dict[str, Any]) -> Program:
+    return Program(int(data["pid"]), int(data["started"]), str(data["address"]),
+                   int(data["channel"]), str(data["authkey"]), str(data["run"]),
+                   [str(a) for a in data["argv"]], float(data["since"]), file)
+
+
 def programs() -> Iterator[Program]:
     """The registered programs of this user that are still running, newest first;
     registrations of processes that are gone are deleted. Raises
@@ -239,26 +241,12 @@ def programs() -> Iterator[Program]:
     if path is None:
         return iter(())
     found = []
-    for entry in os.listdir(path):
-        if not entry.endswith(".json"):
-            continue
-        file = os.path.join(path, entry)
-        try:
-            with open(file) as f:
-                data = json.load(f)
-            program = Program(int(data["pid"]), int(data["started"]), str(data["address"]),
-                              int(data["channel"]), str(data["authkey"]), str(data["run"]),
-                              [str(a) for a in data["argv"]], float(data["since"]), file)
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            logger.debug("ignoring the unreadable registration %s: %s", entry, exc)
-            continue
+    for program in read_records(path, _program_of, "registration"):
         if program.alive():
             found.append(program)
         else:
             try:
-                os.unlink(file)  # its program is gone (killed: it never removed it)
+                os.unlink(program.path)  # its program is gone (killed: it never removed it)
             except FileNotFoundError:
                 pass
     found.sort(key=lambda p: -p.since)

@@ -159,7 +159,9 @@ class BackendContract:
                                    job_timeout: float) -> None:
         """``JobSpec.secrets`` become environment variables of the job (once the job
         side of :mod:`fiber.backend.secrets` ran, as fiber's bootstrap does first);
-        the backend must declare ``secrets_delivery``."""
+        the backend must declare ``secrets_delivery``. The job says by its exit code
+        whether it got the secret (every backend reports exit codes); that the secret
+        never shows in the job's logs is checked where the backend declares ``logs``."""
         assert backend.secrets_delivery in DELIVERIES, (
             f"the backend's secrets_delivery is {backend.secrets_delivery!r}: declare how "
             "it delivers JobSpec.secrets (fiber.backend.secrets)")
@@ -168,10 +170,15 @@ class BackendContract:
         job = submit(
             "import hashlib, os; from fiber.backend import load_secrets; load_secrets(); "
             "v = os.environ.get('CONTRACT_SECRET', ''); "
-            f"print('secret', hashlib.sha256(v.encode()).hexdigest() == {digest!r}, "
-            "flush=True)",
+            f"ok = hashlib.sha256(v.encode()).hexdigest() == {digest!r}; "
+            "print('secret', ok, flush=True); raise SystemExit(0 if ok else 7)",
             secrets={"CONTRACT_SECRET": secret})
-        self._wait(backend, job, job_timeout)
+        status = self._wait(backend, job, job_timeout)
+        assert status.exitcode == 0, (
+            f"the job did not get JobSpec.secrets as its environment (exit code "
+            f"{status.exitcode}; 7: CONTRACT_SECRET missing or different)")
+        if "logs" not in backend.capabilities:
+            return  # the rest reads the job's logs, an optional capability
         deadline = time.monotonic() + 10
         logs = backend.logs(job)
         while "secret " not in logs and time.monotonic() < deadline:

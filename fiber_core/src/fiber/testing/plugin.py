@@ -54,11 +54,28 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
+    _check_backend(config.getoption("fiber_backend"))
     if not config.pluginmanager.hasplugin("timeout"):  # pytest-timeout's, for the suite
         config.addinivalue_line("markers", "timeout(seconds): a time limit of the test")
     if (config.getoption("fiber_backend") and not config.getoption("fiber_no_suite")
             and str(SUITE) not in config.args):
         config.args.append(str(SUITE))
+
+
+def _check_backend(name: str | None) -> None:
+    """A ``--fiber-backend`` that names no installed backend is a usage error, said
+    once before any test runs, with the installed backends and how to get the one
+    named."""
+    if not name:
+        return
+    from fiber.backend import registry  # only when asked: plain pytest runs stay light
+
+    installed = registry.backends()
+    if name not in installed:
+        raise pytest.UsageError(
+            f"--fiber-backend {name}: no installed fiber backend is named {name!r} "
+            f"(installed: {', '.join(sorted(installed))}); "
+            f"{registry.install_hint(name)}")
 
 
 @pytest.fixture(scope="session")

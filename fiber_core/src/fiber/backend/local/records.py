@@ -23,7 +23,6 @@ that ``fiber clean`` can remove the directory of a creator that was killed
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -32,8 +31,9 @@ import stat
 import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from fiber.host import private_directory, start_time
+from fiber.host import private_directory, read_records, start_time, write_record
 
 logger = logging.getLogger("fiber")
 
@@ -82,12 +82,8 @@ def write(pid: int, name: str, labels: Mapping[str, str], log: str) -> int | Non
     data = {"pid": pid, "started": started, "name": name, "labels": dict(labels),
             "log": log, "owner": os.getpid(), "owner_started": start_time(os.getpid())}
     final = _file(pid, started)
-    partial = final + ".partial"
     try:
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(partial, final)  # readers see the whole record or none
+        write_record(final, data)  # readers see the whole record or none
     except OSError as exc:
         logger.debug("cannot record local job %s: %s", pid, exc)
         return None
@@ -102,25 +98,18 @@ def remove(pid: int, started: int) -> None:
         pass
 
 
+def _record_of(file: str, data: dict[str, Any]) -> Record:
+    return Record(int(data["pid"]), int(data["started"]), str(data["name"]),
+                  {str(k): str(v) for k, v in data["labels"].items()},
+                  str(data["log"]), int(data["owner"]), data.get("owner_started"))
+
+
 def read_all() -> Iterator[Record]:
     """The recorded jobs that are still running; records of ended ones are deleted."""
     path = _private_directory(create=False)
     if path is None:
         return
-    for entry in os.listdir(path):
-        if not entry.endswith(".json"):
-            continue
-        try:
-            with open(os.path.join(path, entry)) as f:
-                data = json.load(f)
-            record = Record(int(data["pid"]), int(data["started"]), str(data["name"]),
-                            {str(k): str(v) for k, v in data["labels"].items()},
-                            str(data["log"]), int(data["owner"]), data.get("owner_started"))
-        except FileNotFoundError:
-            continue  # released meanwhile
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-            logger.debug("ignoring the unreadable record %s: %s", entry, exc)
-            continue
+    for record in read_records(path, _record_of, "record"):
         if record.alive():
             yield record
         else:

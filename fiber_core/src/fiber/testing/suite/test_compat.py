@@ -23,7 +23,9 @@ def unpicklable_result(x):
 
 
 def report_method(q):
-    q.put(fiber.current_process()._start_method)
+    # the class of this process, as multiprocessing names a context's Process classes
+    # (multiprocessing.context.SpawnProcess...): public, and it records the method
+    q.put(type(fiber.current_process()).__name__)
 
 
 def test_task_exception_has_remote_traceback_cause():
@@ -58,6 +60,7 @@ def test_context_process_runs_as_a_job(method):
     q = fiber.Queue()
     p = fiber.get_context(method).Process(target=report_method, args=(q,))
     p.start()
-    assert q.get(timeout=120) == method
+    assert q.get(timeout=120) == {"spawn": "SpawnProcess", "fork": "ForkProcess",
+                                  "forkserver": "ForkServerProcess"}[method]
     p.join(60)
     assert p.exitcode == 0

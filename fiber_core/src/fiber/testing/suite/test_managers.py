@@ -51,8 +51,8 @@ def manager():
     m = Manager()
     yield m
     m.shutdown()
-    m._process.join(60)
-    assert not m._process.is_alive()
+    m.process.join(60)
+    assert not m.process.is_alive()
 
 
 def _run(target, *args, n=1):
@@ -195,7 +195,7 @@ def test_manager_as_context_manager():
         shared = m.list([1, 2])
         shared.append(3)
         assert list(shared) == [1, 2, 3]
-        process = m._process
+        process = m.process
     process.join(60)
     assert not process.is_alive()
 
@@ -614,10 +614,10 @@ def test_dead_manager_fails_every_call_promptly():
         counter = sync.Counter()
         assert env.reset().get(60) == 0 and counter.add() == 1
         blocked = manager.Env(60.0).step(0)  # in flight when the server dies
-        manager._process.kill()
-        sync._process.kill()
-        manager._process.join(60)
-        sync._process.join(60)
+        manager.process.kill()
+        sync.process.kill()
+        manager.process.join(60)
+        sync.process.join(60)
         t0 = time.monotonic()
         with pytest.raises(ConnectionLostError, match="manager at .* gone|cannot reach"):
             blocked.get(60)
@@ -633,4 +633,4 @@ def test_dead_manager_fails_every_call_promptly():
         manager.shutdown()
         sync.shutdown()
         assert time.monotonic() - t0 < 30
-    assert not manager._process.is_alive() and not sync._process.is_alive()
+    assert not manager.process.is_alive() and not sync.process.is_alive()

@@ -28,7 +28,7 @@ def _expected_path() -> str | None:
 
 
 def work(value, array, raw, pair, q) -> None:
-    q.put(sharedctypes._path(value))
+    q.put(sharedctypes.shared_path(value))
     for _ in range(50):
         with value.get_lock():
             value.value += 1
@@ -63,7 +63,7 @@ def test_value_and_array_across_processes(record_property):
 
 
 def report(obj, q) -> None:
-    q.put((sharedctypes._path(obj), repr(obj), obj[:], len(obj)))
+    q.put((sharedctypes.shared_path(obj), repr(obj), obj[:], len(obj)))
     obj[0] = -obj[0]
 
 

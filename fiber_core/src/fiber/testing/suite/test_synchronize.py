@@ -47,7 +47,7 @@ def _check_paths(paths, fiber_backend):
 
 
 def _exclusive(i, q, lock, rlock):
-    q.put(synchronize._shared_path(lock))
+    q.put(synchronize.shared_path(lock))
     for _ in range(5):
         with lock:
             q.put(("lock", "enter", i))
@@ -75,7 +75,7 @@ def test_lock_and_rlock_exclude(fiber_backend):
 
 
 def _signals(i, q, sem, event, cond, flag, barrier):
-    q.put(synchronize._shared_path(sem))
+    q.put(synchronize.shared_path(sem))
     sem.release()
     q.put(("event", event.wait(120)))
     with cond:
