@@ -23,6 +23,9 @@ the jobs:
 * ``FAULTY_TERMINATE_DOWN=S``: ``terminate`` waits S seconds, then raises
   :class:`~fiber.backend.ClusterUnreachableError` (a cluster manager that does not
   answer: the job is not ended by the backend).
+* ``FAULTY_CANCEL_PLAIN=1``: ``terminate`` ends the job with SIGTERM even when asked
+  for SIGKILL (a batch scheduler cancelling a job whose batch step has not launched
+  yet ends it its own way: Slurm's plain cancel is SIGTERM);
 * ``FAULTY_START_DELAY=S``: jobs arrive one by one, S seconds apart: the k-th
   ``create_job`` of the process (k from 0) returns no earlier than k * S seconds after
   the first began (as a cluster grants jobs over time; the worker counts as starting
@@ -107,6 +110,8 @@ class FaultyBackend(LocalBackend):
         if down is not None:
             time.sleep(float(down))
             raise ClusterUnreachableError("injected: the cluster manager does not answer")
+        if os.environ.get("FAULTY_CANCEL_PLAIN") == "1":
+            force = False
         super().terminate(job, force)
 
     def poll(self, jobs: Sequence[Job]) -> dict[str, JobStatus]:

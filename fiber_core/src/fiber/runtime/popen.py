@@ -121,6 +121,10 @@ class JobPopen:
         # the exit code (a negative signal) the job was told to end with, over its
         # heartbeat line (ControlChannel.ask_to_end)
         self.asked_to_end: int | None = None
+        # the signal terminate()/kill() asked the backend for while the job had not
+        # connected: its exit code if the cluster ends it before it runs (a cancelled
+        # batch job reports the scheduler's own signal; multiprocessing's kill() is -9)
+        self._end_asked_unconnected: int | None = None
         # Pickle before anything exists: an unpicklable target fails here, cleanly.
         with recording_transit() as self._transit, popen_payload.pickling(process_obj.name):
             payload = serialization.dumps_code(process_obj, popen_payload.reducer_for)
@@ -250,6 +254,8 @@ class JobPopen:
         if not self._done.is_set():
             if self.exit_reported is not None:
                 code = self.exit_reported
+            elif not self._connected and self._end_asked_unconnected is not None:
+                code = self._end_asked_unconnected
             elif status.exitcode is not None:
                 code = status.exitcode
             elif status.state is JobState.SUCCEEDED:
@@ -412,6 +418,7 @@ class JobPopen:
             return
         self._ending = True
         if not self._connected:
+            self._end_asked_unconnected = -(signal.SIGKILL if force else signal.SIGTERM)
             self.backend.terminate(self.job, force)
             return
         self.channel.ask_to_end(force)

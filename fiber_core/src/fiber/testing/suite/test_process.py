@@ -80,6 +80,18 @@ def test_kill_gives_minus_nine():
     assert p.exitcode == -9
 
 
+def test_kill_and_terminate_right_after_start_give_their_signal():
+    """Ended before its job may have run (a batch job still pending is cancelled, and
+    the scheduler reports its own signal): the exit code is still the one asked for,
+    -9 for kill() and -15 for terminate(), as multiprocessing's."""
+    for end, code in (("kill", -9), ("terminate", -15)):
+        p = fiber.Process(target=_sleep, args=(60,))
+        p.start()
+        getattr(p, end)()
+        p.join(60)
+        assert p.exitcode == code, end
+
+
 def test_join_timeout_returns():
     p = fiber.Process(target=_sleep, args=(60,))
     p.start()
