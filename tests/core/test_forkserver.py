@@ -188,3 +188,41 @@ def test_job_logs_carry_no_runpy_warning(run_script, method):
     assert "child ran" in result.stderr
     for log in logs:
         assert "Warning" not in log and "found in sys.modules" not in log, log
+
+
+
+def test_a_template_whose_backend_is_gone_ends_quietly(tmp_path):
+    """The template (a real ``python -m fiber.backend.local.forkserver``) spawns a job
+    that exits; the backend's end of their socket no longer reads (``SHUT_RD``: its
+    process died between the job's start and its end, and the template has not seen
+    the end of the stream yet), so telling it of the job's end fails with EPIPE. The
+    template ends quietly, as when it reads the end of the stream; before, it died
+    with a BrokenPipeError traceback in the program's terminal (seen once when a
+    program with a running pool was killed)."""
+    import socket
+    import subprocess
+    import sys
+
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    with ours, theirs:
+        template = subprocess.Popen(
+            [sys.executable, "-m", forkserver.__name__, str(theirs.fileno())],
+            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+        theirs.close()
+        try:
+            # a job that exits at once: the standard library's `this` module
+            forkserver.send_message(ours, ("spawn", 1, "this", dict(os.environ), "",
+                                           str(tmp_path / "job.log")))
+            buffer = bytearray()
+            got: list = []
+            ours.settimeout(30)
+            while not got:
+                got = forkserver.recv_message(ours, buffer)
+            assert got[0][0] == "spawned", got
+            ours.shutdown(socket.SHUT_RD)
+            _, err = template.communicate(timeout=30)
+        finally:
+            if template.poll() is None:
+                template.kill()
+                template.wait()
+    assert template.returncode == 0 and b"Traceback" not in err, err.decode()

@@ -287,6 +287,16 @@ def _import_once(module: str) -> None:
             pass
 
 
+def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
+    """Send ``message`` to the backend; when it is gone (its process ended, killed or
+    not), the template ends quietly, as when a read finds it gone: nothing is left to
+    tell, and its jobs notice their parent is gone."""
+    try:
+        send_message(conn, message)
+    except OSError:
+        os._exit(0)
+
+
 def serve(fd: int) -> None:
     conn = socket.socket(fileno=fd)
     preload()
@@ -310,7 +320,7 @@ def serve(fd: int) -> None:
                         break
                     if pid == 0:
                         break
-                    send_message(conn, ("exited", pid, os.waitstatus_to_exitcode(status)))
+                    _tell(conn, ("exited", pid, os.waitstatus_to_exitcode(status)))
                 continue
             try:
                 messages = recv_message(conn, buffer)
@@ -322,7 +332,7 @@ def serve(fd: int) -> None:
                     continue
                 key_, module, env, cwd, log_path = args
                 if cwd and not os.path.isdir(cwd):
-                    send_message(conn, ("failed", key_, f"no such directory: {cwd}"))
+                    _tell(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
                 _import_once(module)
                 gc.freeze()  # the objects so far are never collected in a child
@@ -330,7 +340,7 @@ def serve(fd: int) -> None:
                 if pid == 0:
                     _child([conn, selector], (read_end, write_end), module, env, cwd,
                            log_path)
-                send_message(conn, ("spawned", key_, pid))
+                _tell(conn, ("spawned", key_, pid))
 
 
 if __name__ == "__main__":
