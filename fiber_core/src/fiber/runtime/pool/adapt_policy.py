@@ -157,7 +157,7 @@ def decide(snap: Snapshot) -> Decision:
         return Decision(start, (), (), wanted, f"start {start}{where}{note}: {state}",
                         placed)
     excess = have - wanted
-    over_cap = [max(0, n - c) for n, c in zip(held, caps + (0,))]
+    over_cap = [max(0, n - c) for n, c in zip(held, caps + (0,), strict=True)]
     if excess <= 0 and not any(over_cap):
         return Decision(0, (), (), wanted, f"steady: {state}")
     last = len(caps)
@@ -177,7 +177,7 @@ def decide(snap: Snapshot) -> Decision:
                    key=lambda w: (-place(w),
                                   w.idle_since if w.idle_since is not None else snap.now,
                                   w.id))
-    retire = []
+    retire: list[int] = []
     for w in idles:
         at_once = over_maximum or over_cap[place(w)] > 0
         if excess <= 0 and not at_once:
