@@ -110,3 +110,28 @@ def test_a_placement_whose_jobs_fail_is_skipped_with_one_log_line(caplog):
         assert len(skipped) == 1, [r.getMessage() for r in caplog.records]
         assert pool.stats().adapt.placements[0].skipped > 0 or took > 1
     assert took < 30, took
+
+
+def test_every_placement_failing_breaks_the_pool_with_a_clear_error():
+    """Both placements' jobs fail (their Python does not exist) and the pool has no
+    worker: after a few failures in a row of each, the map fails with a
+    ProcessStartError naming both placements, within seconds, rather than wait."""
+    one = fiber.get_context("local", python="/nonexistent/python3")
+    two = fiber.get_context("local", python="/nonexistent/python3",
+                            heartbeat_interval=4.0)
+    pool = fiber.Pool(1)
+    try:
+        pool.adapt(0, placements=[(one, 2), (two, 2)], idle_timeout=0.0)
+        # the pool's own worker is of no placement: given back once idle
+        wait_for(lambda: not pool.stats().workers, 20, "the pool's own worker given back")
+        fiber_wait = time.monotonic()
+        with pytest.raises(fiber.ProcessStartError) as caught:
+            pool.map(abs, range(10), chunksize=1)
+        took = time.monotonic() - fiber_wait
+        message = str(caught.value)
+        assert "every placement of the adaptive pool failed 3 times" in message, message
+        assert "placement 0 (local(python=" in message and "placement 1 (local(" in message
+        assert took < 60, took
+    finally:
+        pool.terminate()
+        pool.join()

@@ -25,6 +25,9 @@ or a start there has been under way :data:`STALL` seconds without a job (its clu
 does not answer); it is then skipped until its :func:`~adapt_policy.backoff` is over,
 with one warning on the ``fiber`` logger when it begins to be skipped (further failures
 in a row are logged at debug) and one info line once a worker of it connects again.
+Once every placement has failed :data:`GIVE_UP_FAILURES` times in a row while tasks
+wait and the pool has no worker, the pool breaks with a ``ProcessStartError`` naming
+each placement's last failure (its tasks fail rather than wait for ever).
 
 The driver holds its pool's parts only weakly between ticks (the pool can be collected),
 runs on a ``fiber-pool-adapt`` thread (:mod:`fiber.threads`: its death breaks the pool,
@@ -45,6 +48,7 @@ from typing import TYPE_CHECKING
 
 from fiber import threads
 from fiber.backend.job import JobState
+from fiber.errors import ProcessStartError
 from fiber.runtime import monitor
 from fiber.runtime.pool import adapt_policy
 from fiber.runtime.pool.adapt_policy import Decision, Settings, Snapshot, WorkerView
@@ -53,13 +57,17 @@ from fiber.runtime.pool.scheduler import CLOSE, TERMINATE, Scheduler, Worker
 if TYPE_CHECKING:
     from fiber.runtime.pool.workers import WorkerSet
 
-__all__ = ["AdaptStats", "Adapter", "DECISIONS_KEPT", "PlacementStats", "STALL", "TICK"]
+__all__ = ["AdaptStats", "Adapter", "DECISIONS_KEPT", "GIVE_UP_FAILURES", "PlacementStats",
+           "STALL", "TICK"]
 
 logger = logging.getLogger("fiber")
 
 TICK = 0.1  # seconds between two snapshots
 #: seconds a start may be under way without a job before its placement is skipped
 STALL = 5.0
+#: failures in a row of every placement, with no worker and tasks queued, that break
+#: the pool (its tasks fail with ProcessStartError rather than wait)
+GIVE_UP_FAILURES = 3
 DECISIONS_KEPT = 10  # the last decisions that changed something, kept for stats()
 
 
@@ -110,6 +118,9 @@ class Adapter:
         self._placed_wanted = [0] * n
         self._views: tuple[WorkerView, ...] = ()
         self._connected: set[int] = set()  # workers seen connected
+        self._why = [""] * n  # per placement: its last failure
+        # the pool's error once every placement failed GIVE_UP_FAILURES times in a row
+        self.failed: ProcessStartError | None = None
         worker_set.on_failure = self._failed if settings.placements else None
         self._idle_since: dict[int, float] = {}
         self.decisions: collections.deque[tuple[float, str]] = collections.deque(
@@ -133,6 +144,7 @@ class Adapter:
             self._retry_at = [0.0] * n
             self._failures = [0] * n
             self._placed_wanted = [0] * n
+            self._why = [""] * n
         self.settings = settings
         self._workers.on_failure = self._failed if settings.placements else None
         self._changed.notify_all()
@@ -162,6 +174,7 @@ class Adapter:
         if now < self._retry_at[placement]:
             return  # already skipped (another start of the same round)
         self._failures[placement] += 1
+        self._why[placement] = why
         wait = adapt_policy.backoff(self._failures[placement])
         self._retry_at[placement] = now + wait
         name = self._workers.placement(placement).name
@@ -179,10 +192,16 @@ class Adapter:
         while True:
             with changed:
                 adapter = ref()
-                if adapter is None or not adapter._tick():
+                if adapter is None:
                     return
+                if not adapter._tick():
+                    failed, workers = adapter.failed, adapter._workers
+                    break
                 del adapter
                 changed.wait(TICK)
+        del adapter
+        if failed is not None:  # every placement fails: the pool breaks (not under the lock)
+            workers.break_pool(failed)
 
     @staticmethod
     def _died(ref: weakref.ref[WorkerSet], error: BaseException) -> None:
@@ -204,6 +223,17 @@ class Adapter:
         if self.settings.placements:
             self._check_stalls(now)
         snap, kept = self.snapshot(now)
+        if self.settings.placements and snap.queued and not snap.workers and all(
+                f >= GIVE_UP_FAILURES for f in self._failures):
+            self.failed = ProcessStartError(
+                f"every placement of the adaptive pool failed {GIVE_UP_FAILURES} times in "
+                "a row and the pool has no worker for its tasks: " + "; ".join(
+                    f"placement {i} ({self._workers.placement(i).name}): {why}"
+                    for i, why in enumerate(self._why))
+                + ". Check those clusters (fiber's log says when each began to fail), "
+                "then make a new pool")
+            logger.error("adaptive pool: %s", self.failed)
+            return False
         decision = adapt_policy.decide(snap)
         self.apply(decision, kept)
         return True
