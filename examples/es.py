@@ -17,6 +17,12 @@ run from its own start, and the time to reach a reward threshold against the num
 of workers; ``python -m bench es`` runs the same from the benchmark suite). Needs
 ``pip install -r examples/requirements.txt`` (gymnasium; matplotlib for ``--plot``).
 
+``--adapt SECONDS`` runs the population on an adaptive pool (``Pool.adapt``, docs/adapt.md):
+once its workers are up, the pool keeps between 0 and ``--workers`` of them, gives back
+those idle longer than ``SECONDS`` (during a long learner step, between iterations) and
+starts them again for the next population; the rewards are the same as with a fixed
+pool (the tasks do not depend on the worker that runs them).
+
 Each run's clock starts once its pool's workers are up (they import gymnasium and build
 the noise table in the pool's initializer); the start-up is measured apart
 (``startup_seconds`` of each record), since it depends on the machine and the backend,
@@ -139,9 +145,12 @@ def wait_for_workers(pool: mp.Pool, workers: int, timeout: float = 600) -> None:
 
 def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
           lr: float = 0.05, max_steps: int = 500, hidden: int = 0, seed: int = 0,
-          weight_decay: float = 0.005, log: bool = True) -> list[dict]:
+          weight_decay: float = 0.005, log: bool = True,
+          adapt: float | None = None) -> list[dict]:
     """Run OpenAI-ES; returns one record per iteration (mean/max population reward,
-    wall time since the workers were up, and the time they took to start)."""
+    wall time since the workers were up, the time they took to start, and the workers
+    the pool has started so far). ``adapt``: the idle timeout of an adaptive pool of
+    0 to ``workers`` workers (None: a fixed pool)."""
     if population < 2 or population % 2:
         raise ValueError(f"population must be an even number >= 2 (antithetic pairs), got {population}")
     if workers < 1:
@@ -160,6 +169,11 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
         startup = t0 - started
         if log:
             print(f"{workers} worker(s) up in {startup:.2f} s", flush=True)
+        if adapt is not None:
+            pool.adapt(minimum=0, maximum=workers, idle_timeout=adapt)
+            if log:
+                print(f"adaptive pool: 0 to {workers} workers, idle timeout {adapt:g} s",
+                      flush=True)
         for it in range(iterations):
             indices = rng.integers(0, NOISE_SIZE - dim, size=pairs)
             seeds = rng.integers(0, 2**31 - 1, size=pairs)
@@ -172,7 +186,7 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
             theta = theta + opt.step(grad - weight_decay * theta)
             rec = {"iteration": it, "seconds": time.perf_counter() - t0,
                    "mean_reward": float(returns.mean()), "max_reward": float(returns.max()),
-                   "startup_seconds": startup}
+                   "startup_seconds": startup, "workers_started": pool.stats().started}
             history.append(rec)
             if log:
                 print(f"iter {it:3d}  {rec['seconds']:7.2f} s  mean reward {rec['mean_reward']:6.1f}"
@@ -265,6 +279,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=int, default=500)
     p.add_argument("--hidden", type=int, default=0, help="hidden units (0: linear policy)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--adapt", type=float, metavar="SECONDS",
+                   help="an adaptive pool (0 to --workers workers) that gives back "
+                        "workers idle this long")
     p.add_argument("--json", type=Path, help="write the per-iteration history here")
     p.add_argument("--plot", action="store_true",
                    help="train with 1, 2 and 5 workers (--plot-workers) and plot reward "
@@ -285,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"OpenAI-ES with fiber.Pool ({backend} backend)", **kw)
             result: object = {str(w): h for w, h in histories.items()}
         else:
-            result = train(args.workers, **kw)
+            result = train(args.workers, adapt=args.adapt, **kw)
     except ValueError as exc:
         p.error(str(exc))
     if args.json:

@@ -71,3 +71,17 @@ def test_es_plot_without_matplotlib_says_so_before_training(tmp_path) -> None:
     assert proc.returncode == 1
     assert "pip install -r examples/requirements.txt" in proc.stderr
     assert "iter" not in proc.stdout  # nothing was trained first
+
+
+def test_es_on_an_adaptive_pool_learns_the_same(tmp_path) -> None:
+    """``--adapt 0``: the pool gives back a worker as soon as it is idle (between
+    iterations) and starts workers for the next population; the rewards are those of
+    a fixed pool with the same seed."""
+    args = ("--workers", "2", "--iterations", "3", "--population", "8", "--max-steps",
+            "100", "--seed", "1")
+    proc, adaptive = run_example("es.py", *args, "--adapt", "0", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "adaptive pool: 0 to 2 workers, idle timeout 0 s" in proc.stdout, proc.stdout
+    _, fixed = run_example("es.py", *args, tmp_path=tmp_path)
+    assert [h["mean_reward"] for h in adaptive] == [h["mean_reward"] for h in fixed]
+    assert all(h["workers_started"] >= 2 for h in adaptive), adaptive

@@ -50,7 +50,7 @@ from fiber.runtime.pool.results import (
 )
 from fiber.runtime.pool.scheduler import BUSY, IDLE, RUN, STARTING, STOPPING, Scheduler
 from fiber.runtime.pool.worker import worker, worker_group
-from fiber.runtime.pool.workers import WorkerSet
+from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
 
@@ -182,6 +182,23 @@ def _seconds(name: str, value: Any, *, allow_zero: bool) -> float:
     return float(value)
 
 
+def _check_placements(placements: object) -> tuple[list[Any], tuple[int, ...]]:
+    """adapt's ``placements``: (fiber context, maximum) pairs, at least one."""
+    wrong = TypeError("placements must be a list of (context, maximum) pairs: a fiber "
+                      "context (fiber.get_context(name)) and an int")
+    if isinstance(placements, (str, bytes)) or not isinstance(placements, Iterable):
+        raise wrong
+    contexts, caps = [], []
+    for item in placements:
+        if not isinstance(item, tuple) or len(item) != 2 or not run.carries(item[0]):
+            raise wrong
+        contexts.append(item[0])
+        caps.append(_count("a placement's maximum", item[1], 1))
+    if not contexts:
+        raise ValueError("placements must name at least one (context, maximum)")
+    return contexts, tuple(caps)
+
+
 def _check_callbacks(callback: object, error_callback: object) -> None:
     """Callbacks are checked at the call (multiprocessing's result thread dies on one
     that is not callable, and its pool hangs)."""
@@ -288,11 +305,15 @@ class Pool:
         self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
         self._address = hub.stream_address
         self._adapter: Adapter | None = None
+        # what adapt(placements=) needs to start workers in other contexts
+        self._job_args = (initializer, initargs, resources, workers_per_job)
+        self._cids: dict[int, int] = {id(hub): self._cid}  # the pool's channel per hub
         self._worker_set = WorkerSet(
             self, self._scheduler, changed,
             functools.partial(_worker_process, self._address, self._cid, initializer,
                               initargs, process_class=process_class, resources=requested),
             hub, self._cid, target.backend(), workers_per_job)
+        self._own_placement = self._worker_set.placements[0]
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------
@@ -336,7 +357,8 @@ class Pool:
             self._worker_set.resize(processes)
 
     def adapt(self, minimum: int = 0, maximum: int | None = None, *,
-              idle_timeout: float = 30.0, growth: float = 2.0) -> None:
+              idle_timeout: float = 30.0, growth: float = 2.0,
+              placements: Sequence[tuple[Any, int]] | None = None) -> None:
         """fiber extension (named after dask's ``Cluster.adapt``): from now on the pool
         sizes itself between ``minimum`` and ``maximum`` workers: it grows while tasks
         wait (one worker per queued task, at most ``growth`` times the workers up
@@ -345,9 +367,21 @@ class Pool:
         bursts; the next task starts one). Workers whose job the cluster still queues
         count as coming, and are cancelled when no longer needed; a worker is given
         back only between tasks. ``maximum`` defaults to ``max_processes``, else to
-        the pool's size. Called again, it changes the settings; :meth:`resize` turns
-        adapting off. See docs/adapt.md."""
+        the pool's size. ``placements``: ``(context, maximum)`` pairs, fiber contexts
+        in order of preference, each with its own maximum: workers start in the first
+        with room (``maximum`` defaults to the sum); the last's are given back first;
+        one whose start fails is skipped a while. Called again, it changes the
+        settings; :meth:`resize` turns adapting off. See docs/adapt.md."""
         minimum = _count("minimum", minimum, 0)
+        caps: tuple[int, ...] = ()
+        contexts: list[Any] = []
+        if placements is not None:
+            contexts, caps = _check_placements(placements)
+            if maximum is None:
+                maximum = sum(caps)
+            elif maximum > sum(caps):
+                raise ValueError(f"maximum ({maximum}) is above the placements' maxima "
+                                 f"together ({sum(caps)})")
         if maximum is None:
             maximum = self._max if self._max is not None else self._scheduler.target
         maximum = _count("maximum", maximum, 1)
@@ -364,14 +398,39 @@ class Pool:
         from fiber.runtime.pool.adapt import Adapter
         from fiber.runtime.pool.adapt_policy import Settings
 
-        settings = Settings(minimum, maximum, idle_timeout, growth)
+        settings = Settings(minimum, maximum, idle_timeout, growth, caps)
+        places = [self._placement(ctx) for ctx in contexts]  # may ask the backends
         with self._lock:
             self._scheduler.check_running()
+            self._worker_set.set_placements(places or [self._own_placement])
             if self._adapter is not None:
                 self._adapter.update(settings)
             else:
                 self._adapter = Adapter(self._scheduler, self._changed,
                                         self._worker_set, settings)
+
+    def _placement(self, ctx: Any) -> Placement:
+        """The placement of the fiber context ``ctx`` for this pool's workers: its
+        Process on its backend, reaching the pool's channel on its hub (the channel is
+        added there once, if the hub is not the pool's own)."""
+        initializer, initargs, resources, per_job = self._job_args
+        target = run.of(ctx)
+        requested = target.resources(None if resources is None else Resources.of(resources))
+        if per_job > 1:
+            target.resources(requested.scaled(per_job))
+        hub = target.hub()
+        with self._lock:
+            cid = self._cids.get(id(hub))
+            if cid is None:
+                cid = self._cids[id(hub)] = hub.add_channel(
+                    PoolChannel(self._scheduler, self._lock), stream=True)
+                self._worker_set.channels.append((hub, cid))
+        name = target.config().backend
+        if target.overrides:
+            name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(target.overrides.items())) + ")"
+        return Placement(name, functools.partial(
+            _worker_process, hub.stream_address, cid, initializer, initargs,
+            process_class=ctx.Process, resources=requested), target.backend(), hub, cid)
 
     def wait_until_workers_up(self, timeout: float | None = None) -> None:
         """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started

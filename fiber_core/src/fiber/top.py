@@ -120,6 +120,13 @@ def render(snap: dict[str, Any], others: list[status.Program]) -> Any:
             text.append(f"adapting [{adapt['minimum']}, {adapt['maximum']}] idle timeout "
                         f"{adapt['idle_timeout']:g} s, growth {adapt['growth']:g}: "
                         f"wanted {adapt['wanted']}", style="bold")
+            for i, place in enumerate(adapt.get("placements") or ()):
+                skipped = (f", skipped for {place['skipped']:g} s" if place["skipped"]
+                           else "")
+                text.append(f"\n  placement {i} {place['name']} (max {place['maximum']}): "
+                            f"wanted {place['wanted']}, pending {place['pending']}, "
+                            f"starting {place['starting']}, busy {place['busy']}, "
+                            f"idle {place['idle']}{skipped}")
             for when, reason in adapt["decisions"][-3:]:
                 text.append(f"\n{time.strftime('%H:%M:%S', time.localtime(when))} {reason}",
                             style="dim")

@@ -24,6 +24,15 @@ The rules, in order:
   worker is never given back, nor one still starting (it connects, idles, and times
   out), and the pool never goes below ``minimum`` by a decision.
 
+**Placements** (``Settings.placements``: the maxima of the contexts the workers may come
+from, in order of preference; empty: one, the pool's own, of ``maximum``): a worker is
+started in the first placement with room that is not skipped (``Snapshot.retry_at``:
+a placement whose start failed is skipped until then, :func:`backoff` after each
+failure in a row), so the first fills before the next; given back or cancelled, the
+last placement's go first (then as above), and a placement above its own maximum gives
+back its idle workers at once. A worker of no placement (``placement`` past the last:
+started before ``adapt`` named placements) is given back first, at once when idle.
+
 ``task_seconds`` is in the snapshot (and the stats) but no rule uses it yet: a rule
 that skips starting a worker for a queue that drains before the worker would be up
 needs the backend's start time, which the pool does not measure yet.
@@ -34,12 +43,21 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-__all__ = ["BUSY", "IDLE", "PENDING", "STARTING", "STARTING_FLOOR", "Decision", "Settings",
-           "Snapshot", "WorkerView", "decide"]
+__all__ = ["BACKOFF_FIRST", "BACKOFF_LONGEST", "BUSY", "IDLE", "PENDING", "STARTING", "STARTING_FLOOR", "Decision", "Settings",
+           "Snapshot", "WorkerView", "backoff", "decide"]
 
 PENDING, STARTING, BUSY, IDLE = "pending", "starting", "busy", "idle"
 #: workers that may be coming at once however few are up (growth multiplies the rest)
 STARTING_FLOOR = 4
+#: seconds a placement is skipped after its first failure in a row; doubled after each
+#: further one, up to BACKOFF_LONGEST
+BACKOFF_FIRST = 2.0
+BACKOFF_LONGEST = 60.0
+
+
+def backoff(failures: int) -> float:
+    """Seconds a placement is skipped after ``failures`` (>= 1) failures in a row."""
+    return min(BACKOFF_LONGEST, BACKOFF_FIRST * 2.0 ** min(failures - 1, 30))
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,12 @@ class Settings:
     maximum: int = 1
     idle_timeout: float = 30.0  # seconds a worker may stay idle before it is given back
     growth: float = 2.0  # workers coming at once, as a multiple of the workers up
+    # each placement's maximum, in order of preference (empty: one placement, maximum)
+    placements: tuple[int, ...] = ()
+
+    def caps(self) -> tuple[int, ...]:
+        """Each placement's maximum (one placement of ``maximum`` when none is named)."""
+        return self.placements or (self.maximum,)
 
 
 @dataclass(frozen=True)
@@ -59,6 +83,7 @@ class WorkerView:
     id: int
     state: str  # PENDING (queued by the cluster), STARTING, BUSY or IDLE
     idle_since: float | None = None  # when it last became idle (IDLE only), on the clock
+    placement: int = 0  # the index of its placement in Settings.caps()
 
 
 @dataclass(frozen=True)
@@ -71,22 +96,29 @@ class Snapshot:
     workers: tuple[WorkerView, ...]
     settings: Settings
     task_seconds: float | None = None  # a task's recent duration (None: not measured)
+    # per placement: skipped until then (absent or past: usable)
+    retry_at: tuple[float, ...] = ()
 
     def count(self, state: str) -> int:
         return sum(1 for w in self.workers if w.state == state)
 
+    def skipped(self, placement: int) -> bool:
+        """Whether ``placement`` is skipped now (its start failed, not retried yet)."""
+        return placement < len(self.retry_at) and self.now < self.retry_at[placement]
+
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do: ``start`` new workers, give back the idle workers ``retire``,
-    cancel the pending jobs of ``cancel``; ``wanted`` is the size aimed for and
-    ``reason`` says why in one line."""
+    """What to do: ``start`` new workers, ``placed[i]`` of them in placement ``i``,
+    give back the idle workers ``retire``, cancel the pending jobs of ``cancel``;
+    ``wanted`` is the size aimed for and ``reason`` says why in one line."""
 
     start: int
     retire: tuple[int, ...]
     cancel: tuple[int, ...]
     wanted: int
     reason: str
+    placed: tuple[int, ...] = ()
 
     @property
     def changes(self) -> bool:
@@ -104,33 +136,60 @@ def decide(snap: Snapshot) -> Decision:
     wanted = min(cfg.maximum, max(cfg.minimum, busy + snap.queued))
     state = (f"{snap.queued} queued, {busy} busy, {idle} idle, {coming} coming; "
              f"wanted {wanted} in [{cfg.minimum}, {cfg.maximum}]")
+    caps = cfg.caps()
+    held = [0] * (len(caps) + 1)  # workers per placement (the last: of none)
+    for w in snap.workers:
+        held[min(w.placement, len(caps))] += 1
     if have < wanted:
         below_minimum = max(0, cfg.minimum - have)
         cap = max(STARTING_FLOOR, math.ceil(cfg.growth * up)) - coming
         start = max(below_minimum, min(wanted - have, cap))
         if start <= 0:
             return Decision(0, (), (), wanted, f"wait for the {coming} coming: {state}")
-        return Decision(start, (), (), wanted, f"start {start}: {state}")
+        placed, skipped = _place(snap, caps, held, start)
+        start = sum(placed)
+        note = f" (skipped: placement {', '.join(map(str, skipped))})" if skipped else ""
+        if start <= 0:
+            return Decision(0, (), (), wanted, f"no placement has room{note}: {state}",
+                            placed)
+        where = "" if len(caps) == 1 else " (" + ", ".join(
+            f"{n} in placement {i}" for i, n in enumerate(placed) if n) + ")"
+        return Decision(start, (), (), wanted, f"start {start}{where}{note}: {state}",
+                        placed)
     excess = have - wanted
-    if excess <= 0:
+    over_cap = [max(0, n - c) for n, c in zip(held, caps + (0,), strict=True)]
+    if excess <= 0 and not any(over_cap):
         return Decision(0, (), (), wanted, f"steady: {state}")
+    last = len(caps)
+
+    def place(w: WorkerView) -> int:
+        return min(w.placement, last)
+
+    # the last placement's first (a worker of none before any), then the newest
     pendings = sorted((w for w in snap.workers if w.state == PENDING),
-                      key=lambda w: -w.id)
-    cancel = tuple(w.id for w in pendings[:excess])
+                      key=lambda w: (-place(w), -w.id))
+    cancel = tuple(w.id for w in pendings[:max(0, excess)])
     excess -= len(cancel)
+    for w in pendings[:len(cancel)]:
+        over_cap[place(w)] = max(0, over_cap[place(w)] - 1)
     over_maximum = have - len(cancel) > cfg.maximum
     idles = sorted((w for w in snap.workers if w.state == IDLE),
-                   key=lambda w: (w.idle_since if w.idle_since is not None else snap.now,
+                   key=lambda w: (-place(w),
+                                  w.idle_since if w.idle_since is not None else snap.now,
                                   w.id))
-    retire = []
+    retire: list[int] = []
     for w in idles:
-        if excess <= 0:
-            break
+        at_once = over_maximum or over_cap[place(w)] > 0
+        if excess <= 0 and not at_once:
+            continue
         since = w.idle_since if w.idle_since is not None else snap.now
-        if not over_maximum and snap.now - since < cfg.idle_timeout:
-            break  # the longest idle has not timed out: none of the others has
+        if not at_once and snap.now - since < cfg.idle_timeout:
+            continue  # not idle long enough (a later placement's may be)
+        if have - len(cancel) - len(retire) <= cfg.minimum:
+            break
         retire.append(w.id)
         excess -= 1
+        over_cap[place(w)] = max(0, over_cap[place(w)] - 1)
         over_maximum = have - len(cancel) - len(retire) > cfg.maximum
     parts = []
     if cancel:
@@ -140,3 +199,24 @@ def decide(snap: Snapshot) -> Decision:
     if not parts:
         return Decision(0, (), (), wanted, f"hold until idle {cfg.idle_timeout:g} s: {state}")
     return Decision(0, tuple(retire), cancel, wanted, f"{', '.join(parts)}: {state}")
+
+
+def _place(snap: Snapshot, caps: tuple[int, ...], held: list[int],
+           start: int) -> tuple[tuple[int, ...], list[int]]:
+    """``start`` new workers spread over the placements in order (the first with room
+    first), skipping the skipped; and the skipped placements that had room."""
+    placed = [0] * len(caps)
+    skipped = []
+    left = start
+    for i, cap in enumerate(caps):
+        room = cap - held[i]
+        if room <= 0:
+            continue
+        if snap.skipped(i):
+            skipped.append(i)
+            continue
+        placed[i] = min(room, left)
+        left -= placed[i]
+        if left <= 0:
+            break
+    return tuple(placed), skipped

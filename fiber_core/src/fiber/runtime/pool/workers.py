@@ -35,6 +35,15 @@ Ending: ``terminate()`` ends every worker, including those whose start is under 
 (each is ended by its starter thread once its job exists), and returns once all of
 them are gone, as multiprocessing's does. ``join()`` after ``close()`` waits for the
 supervisor to see the last result out, then for every worker to exit.
+
+Placements (an adaptive pool over several contexts, :meth:`fiber.Pool.adapt`): the set
+has a list of :class:`Placement` (the first, until ``adapt`` names others, is the
+pool's own context); each worker is started in one (``placement_of``, chosen by the
+driver through ``to_place``), by its ``make_process``, on its backend, and connects to
+the pool's channel on its hub. While a driver listens (``on_failure``), a start that
+raises, or a job that ends on its own before its workers connect, is reported to it
+(the placement is skipped for a while) instead of breaking the pool, and a start does
+not wait out the backend's transient errors (the other placements are there).
 """
 
 from __future__ import annotations
@@ -44,8 +53,9 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from fiber import threads, util
@@ -80,26 +90,42 @@ class WorkerProcess(Protocol):
     def join(self, timeout: float | None = None) -> None: ...
 
 
+@dataclass(frozen=True)
+class Placement:
+    """A context a pool's workers may come from: ``make_process(worker_ids)`` makes a
+    job's process there, on ``backend``; its workers reach the pool's channel ``cid``
+    on ``hub``. ``name`` shows it (stats, logs)."""
+
+    name: str
+    make_process: Callable[[list[int]], WorkerProcess]
+    backend: Backend
+    hub: transport.Hub
+    cid: int
+
+
 def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
-                      cid: int) -> None:
+                      cid: int, channels: Sequence[tuple[transport.Hub, int]] = ()) -> None:
     """End ``processes`` after closing the pool's channel ``cid``: their jobs in bulk
     (one call per backend), then a bounded wait, a forced end of those still running
     and another bounded wait. A cluster that does not answer is asked again in the
     background (:mod:`fiber.runtime.teardown`), so this returns within seconds."""
     if hub is not None:
         hub.remove_channel(cid)  # connected workers leave on their own
+        for other, other_cid in channels:  # the pool's channels on other placements' hubs
+            other.remove_channel(other_cid)
     teardown.end_and_wait(list(processes), END_JOIN_WAIT)
 
 
 def end_pool(scheduler: Scheduler, changed: threading.Condition,
-             processes: list[WorkerProcess], hub: transport.Hub | None, cid: int) -> None:
+             processes: list[WorkerProcess], hub: transport.Hub | None, cid: int,
+             channels: list[tuple[transport.Hub, int]]) -> None:
     """The end of a pool that was not terminated before (at exit, or when it is
     garbage collected), as terminate(): what is pending fails, the workers end."""
     with changed:
         failed = scheduler.terminate()
     if failed:
         settle(failed)
-    terminate_workers(processes, hub, cid)
+    terminate_workers(processes, hub, cid, channels)
 
 
 class WorkerSet:
@@ -121,9 +147,20 @@ class WorkerSet:
         self._cid = cid
         self._hub = hub
         self.processes: list[WorkerProcess] = []  # every worker started, until joined
+        # where workers may be started (see the module); the pool's channels on hubs
+        # other than its own (removed with it)
+        self.placements = [Placement("pool", make_process, self._backend, hub, cid)]
+        self.channels: list[tuple[transport.Hub, int]] = []
+        self.placement_of: dict[int, int] = {}  # worker id -> index in placements
+        self.to_place: list[int] = []  # the placements of the next workers started
+        self.start_began: dict[int, float] = {}  # worker id -> its start, until a job
+        # the adaptive driver's: (placement, why) when a start there failed (the lock
+        # is held); None: a failed start counts towards breaking the pool
+        self.on_failure: Callable[[int, str], None] | None = None
         # as multiprocessing's pools: ended at exit before the process ends its children
         self.finalizer = util.Finalize(owner, end_pool,
-                                       (scheduler, changed, self.processes, hub, cid),
+                                       (scheduler, changed, self.processes, hub, cid,
+                                        self.channels),
                                        exitpriority=15)
         # (a bulk backend: a whole group reaches one create_jobs call, runtime.submit)
         # An executor rather than threads.start per worker: a bounded set of threads
@@ -155,15 +192,20 @@ class WorkerSet:
                     changed.wait(1.0)
                     continue
             n = workers._per_job
-            jobs = [plan[i:i + n] for i in range(0, len(plan), n)]
-            submit.expect(workers._backend, len(jobs))  # one create_jobs call for the group
-            for job in jobs:
-                try:
-                    workers._starter.submit(threads.guarded(
-                        "fiber-pool-start", workers._start,
-                        fails=functools.partial(workers._start_died, job)), job)
-                except RuntimeError:  # terminated meanwhile
-                    return
+            by_placement: dict[int, list[Worker]] = {}
+            for w in plan:
+                by_placement.setdefault(workers.placement_of.get(w.id, 0), []).append(w)
+            for index, group in by_placement.items():
+                jobs = [group[i:i + n] for i in range(0, len(group), n)]
+                # one create_jobs call for the group
+                submit.expect(workers.placement(index).backend, len(jobs))
+                for job in jobs:
+                    try:
+                        workers._starter.submit(threads.guarded(
+                            "fiber-pool-start", workers._start,
+                            fails=functools.partial(workers._start_died, job)), job)
+                    except RuntimeError:  # terminated meanwhile
+                        return
             del workers
 
     @staticmethod
@@ -188,22 +230,55 @@ class WorkerSet:
             need = 0
         if need <= 0 or s.broken is not None:
             return []
-        return s.new_workers(need)
+        new = s.new_workers(need)
+        now = time.monotonic()
+        for w in new:
+            self.placement_of[w.id] = self.to_place.pop(0) if self.to_place else 0
+            self.start_began[w.id] = now
+        return new
+
+    def set_placements(self, placements: list[Placement]) -> None:
+        """Start workers in ``placements`` from now on (the lock is held). A worker
+        keeps its place if a new placement has its backend instance, else it is of
+        none (index past the last: the policy gives it back first)."""
+        old = self.placements
+        for w in self._scheduler.workers.values():
+            backend = self.placement(self.placement_of.get(w.id, 0)).backend
+            self.placement_of[w.id] = next(
+                (i for i, p in enumerate(placements) if p.backend is backend),
+                len(placements))
+        self.placements = placements
+        self.to_place = []
+        del old
+
+    def placement(self, index: int) -> Placement:
+        """The placement ``index`` (the first for one no longer listed)."""
+        return self.placements[index] if index < len(self.placements) else self.placements[0]
 
     def _start(self, job: list[Worker]) -> None:
         """Start the job of the workers ``job`` (on a starter thread)."""
         s = self._scheduler
-        process = self._make_process([w.id for w in job])
+        index = self.placement_of.get(job[0].id, 0)
+        process = self.placement(index).make_process([w.id for w in job])
+        placed = self.on_failure is not None
         try:
-            with retry.pausing(self._retry_pause):
+            # a placement does not wait out its backend's transient errors: it is
+            # skipped for a while (the driver's backoff), the others carry on
+            with retry.pausing(self._give_up if placed else self._retry_pause):
                 process.start()
         except Exception as exc:  # noqa: BLE001 - the pool reports it through results
             with self._changed:
                 unwanted = self._unwanted()
-                if unwanted:
+                report = self.on_failure
+                if unwanted or report is not None:
                     for w in job:
                         s.start_failed(w)
-            if unwanted:
+                        self.start_began.pop(w.id, None)
+                if report is not None and not unwanted:
+                    # not replaced behind the driver's back: it decides again
+                    s.target = max(0, s.target - len(job))
+                    report(index, f"{type(exc).__name__}: {exc}")
+            if unwanted or report is not None:
                 return
             logger.error("cannot start a pool worker: %s", exc)
             self._break(exc)
@@ -214,6 +289,8 @@ class WorkerSet:
         for w in job:
             w.process = process
         with self._changed:
+            for w in job:
+                self.start_began.pop(w.id, None)
             self.processes[:] = [p for p in self.processes if p.exitcode is None]
             self.processes.append(process)
             # (the finalizer is no longer alive once it has begun: from then on it ends
@@ -255,6 +332,11 @@ class WorkerSet:
         return (s.state == TERMINATE or not self.finalizer.still_active()
                 or (s.state == CLOSE and not s.unfinished()))
 
+    @staticmethod
+    def _give_up(seconds: float) -> bool:
+        """The pause of a placement's start: no retry (True: give up)."""
+        return True
+
     def _retry_pause(self, seconds: float) -> bool:
         """Wait between two tries of a worker's start; True: give up (not wanted)."""
         deadline = time.monotonic() + seconds
@@ -277,8 +359,15 @@ class WorkerSet:
                 and not all(x.stopping for x in job) \
                 and s.state != TERMINATE and job_popen.failed_on_its_own:
             with self._changed:
-                s.start_failures += 1
-                failures = s.start_failures
+                report = self.on_failure
+                if report is not None:  # the placement is skipped a while, the pool goes on
+                    report(self.placement_of.get(w.id, 0),
+                           f"a job ended (exit code {job_popen.returncode}) before its "
+                           "worker connected")
+                    failures = 0
+                else:
+                    s.start_failures += 1
+                    failures = s.start_failures
             if failures >= START_FAILURES_LIMIT:
                 self._break(job_popen.start_error or ProcessStartError(
                     f"{failures} pool workers in a row exited (last exit code "
@@ -286,6 +375,9 @@ class WorkerSet:
                     "above"))
         with self._changed:
             failed = [outcome for x in job for outcome in s.lose(x)]
+            for x in job:
+                self.placement_of.pop(x.id, None)
+                self.start_began.pop(x.id, None)
         settle(failed)
 
     def _break(self, exc: BaseException) -> None:
@@ -377,4 +469,4 @@ class WorkerSet:
                 pass
         if self.finalizer.still_active():  # closed and joined: nothing left to fail
             self.finalizer.cancel()
-            terminate_workers(self.processes, self._hub, self._cid)
+            terminate_workers(self.processes, self._hub, self._cid, self.channels)

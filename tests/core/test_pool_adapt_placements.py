@@ -1,0 +1,137 @@
+"""Pool.adapt(placements=...) on the local backend: one pool whose workers come from
+two local contexts (two backend instances: the second context has a setting of its
+own), real workers started and given back by the driver. The failing placement is a
+real one: a context whose jobs run a Python executable that does not exist, so its
+workers never connect. Timings are bounds: the machine may be loaded."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import pytest
+
+import fiber
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def pid_after(seconds):
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.05)
+
+
+def by_placement(pool):
+    return [(p.busy + p.idle + p.starting + p.pending) for p in pool.stats().adapt.placements]
+
+
+def test_a_burst_fills_the_first_placement_then_the_next_and_both_go_back_to_zero():
+    """local up to 2, then a second local context up to 3: a long map uses both (the
+    stats show each placement's workers), the pool never holds more than 2 + 3, and
+    after the idle timeout both are at zero; the next map runs correctly."""
+    first = fiber.get_context("local")
+    second = fiber.get_context("local", heartbeat_interval=4.0)
+    with fiber.Pool(1) as pool:
+        pool.adapt(0, placements=[(first, 2), (second, 3)], idle_timeout=1.0)
+        assert pool.stats().adapt.maximum == 5
+        seen = []
+        result = pool.map_async(pid_after, [0.1] * 60, chunksize=1)
+        while not result.ready():
+            counts = by_placement(pool)
+            seen.append(counts)
+            assert counts[0] <= 2 and counts[1] <= 3, counts
+            time.sleep(0.05)
+        assert len(set(result.get())) >= 3  # more workers than the first placement's
+        assert any(c[0] == 2 and c[1] >= 1 for c in seen), seen
+        places = pool.stats().adapt.placements
+        assert [p.name for p in places] == ["local", "local(heartbeat_interval=4.0)"]
+        assert [p.maximum for p in places] == [2, 3]
+        wait_for(lambda: by_placement(pool) == [0, 0], 15, "both placements at zero")
+        assert pool.stats().processes == 0
+        reasons = [r for _, r in pool.stats().adapt.decisions]
+        assert any("in placement 1" in r for r in reasons), reasons
+        assert pool.map(abs, range(-5, 5)) == [abs(x) for x in range(-5, 5)]
+
+
+def test_top_shows_each_placement():
+    """In-process: the snapshot ``fiber top`` gets (runtime/status.py) and its view
+    carry each placement's workers: wanted, pending, starting, busy, idle."""
+    from rich.console import Console
+
+    from fiber import top
+    from fiber.runtime import status
+
+    first = fiber.get_context("local")
+    second = fiber.get_context("local", heartbeat_interval=4.0)
+    with fiber.Pool(1) as pool:
+        pool.adapt(0, placements=[(first, 1), (second, 2)], idle_timeout=60.0)
+        result = pool.map_async(pid_after, [0.3] * 30, chunksize=1)
+        wait_for(lambda: [p.busy for p in pool.stats().adapt.placements] == [1, 2], 20,
+                 "both placements busy")
+        view = status.pool_status(1, pool.stats())
+        places = view["adapt"]["placements"]
+        assert [(p["maximum"], p["wanted"], p["busy"]) for p in places] == [(1, 1, 1),
+                                                                             (2, 3 - 1, 2)]
+        snap = {"program": {"pid": 1, "run": "r", "backend": "local", "since": 0,
+                            "argv": ["x"]}, "time": 1.0, "pools": [view]}
+        console = Console(width=200, record=True)
+        console.print(top.render(snap, []))
+        text = console.export_text()
+        assert "placement 0 local (max 1): wanted 1, pending 0, starting 0, busy 1, idle 0" \
+            in text, text
+        assert "placement 1 local(heartbeat_interval=4.0) (max 2): wanted 2" in text, text
+        result.get(60)
+
+
+def test_a_placement_whose_jobs_fail_is_skipped_with_one_log_line(caplog):
+    """The first placement's jobs fail (their Python does not exist): the pool does not
+    break, the second placement runs every task, and one warning says the first is
+    skipped."""
+    broken = fiber.get_context("local", python="/nonexistent/python3")
+    good = fiber.get_context("local", heartbeat_interval=4.0)
+    caplog.set_level(logging.WARNING, logger="fiber")
+    with fiber.Pool(1) as pool:
+        pool.adapt(0, placements=[(broken, 2), (good, 2)], idle_timeout=5.0)
+        started = time.monotonic()
+        assert pool.map(pid_after, [0.05] * 40, chunksize=1)
+        took = time.monotonic() - started
+        skipped = [r for r in caplog.records
+                   if r.name == "fiber" and "placement 0" in r.getMessage()
+                   and "skipped" in r.getMessage()]
+        assert len(skipped) == 1, [r.getMessage() for r in caplog.records]
+        assert pool.stats().adapt.placements[0].skipped > 0 or took > 1
+    assert took < 30, took
+
+
+def test_every_placement_failing_breaks_the_pool_with_a_clear_error():
+    """Both placements' jobs fail (their Python does not exist) and the pool has no
+    worker: after a few failures in a row of each, the map fails with a
+    ProcessStartError naming both placements, within seconds, rather than wait."""
+    one = fiber.get_context("local", python="/nonexistent/python3")
+    two = fiber.get_context("local", python="/nonexistent/python3",
+                            heartbeat_interval=4.0)
+    pool = fiber.Pool(1)
+    try:
+        pool.adapt(0, placements=[(one, 2), (two, 2)], idle_timeout=0.0)
+        # the pool's own worker is of no placement: given back once idle
+        wait_for(lambda: not pool.stats().workers, 20, "the pool's own worker given back")
+        fiber_wait = time.monotonic()
+        with pytest.raises(fiber.ProcessStartError) as caught:
+            pool.map(abs, range(10), chunksize=1)
+        took = time.monotonic() - fiber_wait
+        message = str(caught.value)
+        assert "every placement of the adaptive pool failed 3 times" in message, message
+        assert "placement 0 (local(python=" in message and "placement 1 (local(" in message
+        assert took < 60, took
+    finally:
+        pool.terminate()
+        pool.join()

@@ -1,0 +1,123 @@
+"""An adaptive pool over two placements, the local backend first (up to 2 workers),
+then the real Slurm test cluster (up to 4: each worker a Slurm job), issue #28.
+
+A long enough map uses both and after the idle timeout both are back at zero, nothing
+left in Slurm. With slurmctld frozen (SIGSTOP, the engine's fault, as in
+test_faults.py) during a burst, the Slurm starts hang: the local workers carry on,
+every result arrives once (counted by the tasks in a real file), and one warning says
+the Slurm placement is skipped. Nothing is faked."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import fault_map
+import pytest
+from engines import slurm as slurm_engine
+
+import fiber
+from fiber.runtime.run import run_id
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def where(seconds: float) -> tuple[float, str | None]:
+    """When the task began, and its Slurm job (None: not in a Slurm job)."""
+    began = time.time()
+    time.sleep(seconds)
+    return began, os.environ.get("SLURM_JOB_ID")
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what}")
+        time.sleep(0.1)
+
+
+def held(pool) -> list[int]:
+    return [p.busy + p.idle + p.starting + p.pending
+            for p in pool.stats().adapt.placements]
+
+
+def test_a_burst_goes_from_local_to_slurm_and_back(slurm_cluster, squeue_live):
+    """local max 2, then slurm max 4: the map runs on both; the pool never holds more
+    than each placement's maximum; after the idle timeout both are at zero and the
+    Slurm jobs are gone; the time from the map to the first task on a Slurm worker is
+    printed (bench/RESULTS.md section 13)."""
+    run = run_id()
+    local, slurm = fiber.get_context("local"), fiber.get_context("slurm")
+    pool = fiber.Pool(1, context=local)
+    try:
+        pool.adapt(0, placements=[(local, 2), (slurm, 4)], idle_timeout=2.0)
+        started = time.time()
+        result = pool.map_async(where, [0.5] * 60, chunksize=1)
+        most = [0, 0]
+        while not result.ready():
+            counts = held(pool)
+            most = [max(m, c) for m, c in zip(most, counts, strict=True)]
+            time.sleep(0.1)
+        out = result.get()
+        took = time.time() - started
+        assert most[0] <= 2 and most[1] <= 4, most
+        on_slurm = [began for began, job in out if job is not None]
+        on_local = [began for began, job in out if job is None]
+        assert on_slurm and on_local, (len(on_slurm), len(on_local))
+        first = min(on_slurm) - started
+        print(f"adaptive pool local 2 + slurm 4, 60 tasks of 0.5 s: {took:.1f} s; "
+              f"{len(on_slurm)} on Slurm; first Slurm task {first:.2f} s after the map")
+        wait_for(lambda: held(pool) == [0, 0], 60, "both placements at zero")
+        wait_for(lambda: not squeue_live(f"fiber-{run}"), 60, "no Slurm job left")
+        assert pool.map(abs, range(-3, 3)) == [3, 2, 1, 0, 1, 2]
+    finally:
+        pool.terminate()
+        pool.join()
+    wait_for(lambda: not squeue_live(f"fiber-{run}"), 90, "no Slurm job left")
+
+
+def test_controller_frozen_during_a_burst_local_carries_on(slurm_cluster, squeue_live,
+                                                           tmp_path, caplog):
+    """slurmctld frozen before a burst: the Slurm starts hang (sbatch waits for the
+    controller), the placement is skipped after adapt.STALL seconds with one warning,
+    the local workers run every task exactly once; once the controller is back, the
+    pool gives back what came late and nothing is left in Slurm."""
+    caplog.set_level(logging.WARNING, logger="fiber")
+    log = str(tmp_path / "executions")
+    n = 500
+    run = run_id()
+    local, slurm = fiber.get_context("local"), fiber.get_context("slurm")
+    pool = fiber.Pool(1, context=local)
+    try:
+        # (adapt asks the controller for the address Slurm jobs reach: before the freeze)
+        pool.adapt(0, placements=[(local, 2), (slurm, 4)], idle_timeout=1.0)
+        slurm_engine.freeze()
+        try:
+            started = time.monotonic()
+            out = pool.map(_record_slow, [(log, i) for i in range(n)], chunksize=1)
+            took = time.monotonic() - started
+            skipped = [r.getMessage() for r in caplog.records
+                       if r.name == "fiber" and "skipped" in r.getMessage()]
+            places = pool.stats().adapt.placements
+        finally:
+            slurm_engine.thaw()
+        assert out == [i * i for i in range(n)]
+        runs = fault_map.executions_in(log)
+        assert sorted(runs) == list(range(n)) and set(runs.values()) == {1}
+        assert len(skipped) == 1 and "placement 1 (slurm)" in skipped[0], skipped
+        assert places[1].busy == 0 and places[1].idle == 0, places
+        print(f"{n} tasks with slurmctld frozen: {took:.1f} s on the local workers")
+        wait_for(lambda: held(pool) == [0, 0], 120, "both placements at zero")
+    finally:
+        slurm_engine.thaw()
+        pool.terminate()
+        pool.join()
+    wait_for(lambda: not squeue_live(f"fiber-{run}"), 120, "no Slurm job left")
+
+
+def _record_slow(args: tuple[str, int]) -> int:
+    path, i = args
+    time.sleep(0.01)
+    return fault_map.record(path, i)
