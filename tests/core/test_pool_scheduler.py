@@ -13,11 +13,10 @@ import threading
 import pytest
 
 from fiber.errors import WorkerLostError
+from fiber.runtime.pool.chunking import BATCH_ITEMS, MAX_BATCH
 from fiber.runtime.pool.scheduler import (
-    BATCH_ITEMS,
     BUSY,
     IDLE,
-    MAX_BATCH,
     STARTING,
     STOPPING,
     Scheduler,

@@ -37,7 +37,7 @@ from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
-from fiber.runtime.pool import feeder, observe
+from fiber.runtime.pool import chunking, observe
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
@@ -92,7 +92,6 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 _SEQUENCES = (list, tuple, range)
-SUBMIT_GROUP = 1024  # items (or one chunk, if larger) a map submits under the lock at once
 _P = TypeVar("_P", bound="Pool")
 
 
@@ -528,26 +527,19 @@ class Pool:
         return result
 
     def _size_hint(self) -> int:
-        """The workers a map is chunked for: the pool's size, or an adapting pool's
-        maximum (it may have no worker when the map comes)."""
+        """The workers a map is chunked for (:func:`chunking.map_workers`)."""
         adapter = self._adapter
-        if adapter is not None:
-            return max(1, adapter.settings.maximum)
-        return max(1, self._scheduler.target)
+        return chunking.map_workers(self._scheduler.target,
+                                    None if adapter is None else adapter.settings.maximum)
 
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
                 kind: int, sink: Any, call: str) -> Any:
-        if chunksize is None:
-            chunksize, extra = divmod(len(items), self._size_hint() * 4)
-            chunksize = max(1, chunksize + (1 if extra else 0))
-        else:  # (multiprocessing's map hangs on a float, returns [] for 0)
-            chunksize = arguments.chunksize(chunksize)
+        chunksize = chunking.map_chunksize(len(items), self._size_hint(), chunksize)
         counted = progress.watch(sink, len(items), self._scheduler, call) \
             if self._progress else sink
-        # submitted a group of chunks at a time, each handed out at once: the workers
-        # start on the first chunks while the next are made, and the pool's lock is
-        # released between groups for the results coming back
-        step = chunksize * max(1, SUBMIT_GROUP // chunksize)
+        # submitted a group of chunks at a time, each handed out at once; the pool's
+        # lock is released between groups for the results coming back
+        step = chunking.submit_step(chunksize)
         self._scheduler.check_running()
         for start in range(0, len(items), step):
             with self._lock:
@@ -612,7 +604,7 @@ class Pool:
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
-        limit = feeder.window(self._size_hint(), chunksize) * chunksize
+        limit = chunking.window(self._size_hint(), chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread or a copy

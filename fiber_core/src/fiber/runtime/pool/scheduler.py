@@ -66,7 +66,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
 from fiber.errors import WorkerLostError
-from fiber.runtime.pool import observe
+from fiber.runtime.pool import chunking, observe
 from fiber.wire import serialization
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
@@ -75,10 +75,6 @@ logger = logging.getLogger("fiber")
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 IDLE_LIST, SPARE = "idle", "spare"  # the lists of workers with a parked line
-MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
-BATCH_ITEMS = 2048  # items of small chunks a batch takes, at most (a chunk this big goes alone)
-#: tasks that take longer (seconds, the pool's recent average) are sent one per batch
-LONG_TASK = 0.005
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
@@ -505,17 +501,15 @@ class Scheduler:
         alive = max(1, self.target, self.connected)
         first = queue.popleft()
         batch = [first]
-        seconds = self.task_seconds
         # big chunks, and tasks long enough that batching saves nothing, go alone (one
         # task per batch keeps a map's tail even: every worker holds at most one ahead)
-        if not first.alone and first.count < BATCH_ITEMS \
-                and (seconds is None or seconds < LONG_TASK):
-            size = min(MAX_BATCH, len(queue) // (2 * alive))
+        if not first.alone and not chunking.goes_alone(first.count, self.task_seconds):
+            size = chunking.batch_tasks(len(queue), alive)
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
             items = first.count
             while size > 0 and queue and not queue[0].alone \
-                    and items + queue[0].count <= BATCH_ITEMS:
+                    and items + queue[0].count <= chunking.BATCH_ITEMS:
                 task = queue.popleft()
                 if not task.done:
                     batch.append(task)
