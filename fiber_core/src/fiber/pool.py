@@ -28,7 +28,6 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -37,7 +36,7 @@ from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
-from fiber.runtime.pool import chunking, observe
+from fiber.runtime.pool import chunking
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
@@ -48,7 +47,8 @@ from fiber.runtime.pool.results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.runtime.pool.scheduler import BUSY, IDLE, RUN, STARTING, STOPPING, Scheduler
+from fiber.runtime.pool.scheduler import RUN, Scheduler
+from fiber.runtime.pool.stats import PoolStats, WorkerStats, snapshot
 from fiber.runtime.pool.worker import worker, worker_group
 from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
@@ -93,58 +93,6 @@ _S = TypeVar("_S")
 
 _SEQUENCES = (list, tuple, range)
 _P = TypeVar("_P", bound="Pool")
-
-
-@dataclass(frozen=True)
-class WorkerStats:
-    """One worker of a pool, as :meth:`Pool.stats` saw it."""
-
-    id: int  # the worker's number in its pool (its process is named PoolWorker-<id>)
-    state: str  # "starting", "idle", "busy" or "stopping"
-    process: Process | None  # None while its job is being started
-    batches: int  # batches it holds: 0, 1, or 2 when it took one in advance
-    held: int  # tasks in those batches
-    dispatched: int  # tasks sent to it so far
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of a pool (:meth:`Pool.stats`).
-
-    A task is one ``apply`` call or one chunk of a map; a chunk that was running when
-    its worker was lost runs again as single items, which count as tasks of their own.
-    Workers are counted by state: ``starting`` (its job is starting, or it has not
-    connected yet; ``pending`` of them are queued by the cluster), ``idle``, ``busy``
-    (holds tasks), ``stopping`` (let go by ``resize``, ``maxtasksperchild`` or
-    ``close``, and not yet gone). ``slowest`` and ``errors`` (with remote tracebacks)
-    are what ``fiber top`` shows (:mod:`fiber.runtime.pool.observe`).
-    """
-
-    state: str  # "RUN", "CLOSE" or "TERMINATE"
-    processes: int  # the size the pool aims for
-    starting: int
-    idle: int
-    busy: int
-    stopping: int
-    started: int  # workers started over the pool's life
-    lost: int  # workers that ended without being let go (died, killed, lost their host)
-    replaced: int  # workers started to make up for lost ones
-    queued: int  # tasks waiting for a worker
-    running: int  # tasks in progress: one per worker running a task
-    # (a worker runs its batch one task at a time; the rest of the batch is ``held``)
-    held: int  # tasks held by workers: running, or taken in advance
-    done: int  # tasks finished with a value
-    failed: int  # tasks finished with an error (raised, lost workers, terminate)
-    workers: tuple[WorkerStats, ...]
-    pending: int = 0  # of the starting workers, those whose job the cluster queues
-    throughput: float = 0.0  # tasks finished per second over the last 10 s
-    slowest: tuple[RunningTask, ...] = ()  # tasks in progress, longest running first
-    errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
-    # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
-    recalled: int = 0
-    adapt: AdaptStats | None = None  # the adaptive pool's state (None: not adapting)
-    # the recent tasks' running time, seconds (a moving mean; None before any result)
-    task_seconds: float | None = None
 
 
 def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
@@ -324,7 +272,7 @@ class Pool:
     @property
     def processes(self) -> int:
         """fiber extension: the number of workers the pool aims to have."""
-        return self._scheduler.target
+        return self._scheduler.size()
 
     @property
     def min_processes(self) -> int:
@@ -339,7 +287,7 @@ class Pool:
     @property
     def max_task_attempts(self) -> int:
         """fiber extension: how many workers a task may lose before it fails."""
-        return self._scheduler.attempts_limit
+        return self._scheduler.max_attempts()
 
     def resize(self, processes: int) -> None:
         """fiber extension: grow or shrink the pool while it runs. A worker that is let
@@ -382,7 +330,7 @@ class Pool:
                 raise ValueError(f"maximum ({maximum}) is above the placements' maxima "
                                  f"together ({sum(caps)})")
         if maximum is None:
-            maximum = self._max if self._max is not None else self._scheduler.target
+            maximum = self._max if self._max is not None else self._scheduler.size()
         maximum = _count("maximum", maximum, 1)
         if maximum < minimum:
             raise ValueError(f"maximum ({maximum}) must be at least minimum ({minimum})")
@@ -443,7 +391,7 @@ class Pool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                broken = self._scheduler.broken
+                broken = self._scheduler.failure()
                 stats = self.stats()
             if broken is not None:
                 raise broken
@@ -471,41 +419,21 @@ class Pool:
         Safe to call from any thread at any time, also after ``close()`` or
         ``terminate()``; it costs a pass over the workers under the pool's lock (not
         over the tasks), so it can be polled, e.g. by a live view."""
-        s = self._scheduler
         with self._lock:
-            workers = tuple(
-                WorkerStats(w.id, w.state, w.process, len(w.held),
-                            sum(len(batch) for batch in w.held.values()), w.dispatched)
-                for w in s.workers.values())
-            states = [ws.state for ws in workers]
-            now = time.monotonic()
-            return PoolStats(
-                state=s.state, processes=s.target,
-                starting=states.count(STARTING), idle=states.count(IDLE),
-                busy=states.count(BUSY), stopping=states.count(STOPPING),
-                started=s.started, lost=s.lost_workers, replaced=s.replaced,
-                queued=len(s.queue),
-                running=observe.in_progress(s.workers.values()),
-                held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
-                workers=workers,
-                pending=observe.pending(ws.process for ws in workers
-                                        if ws.state == STARTING),
-                throughput=s.meter.rate(s.done + s.failed, now),
-                slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-                recalled=s.recalled, task_seconds=s.task_seconds,
-                adapt=None if self._adapter is None else self._adapter.stats())
+            adapter = self._adapter
+            return snapshot(self._scheduler,
+                            None if adapter is None else adapter.stats())
 
     @property
     def _pool(self) -> list[Process]:
         """The live workers' processes, as multiprocessing's ``Pool._pool``."""
         with self._lock:
-            return [w.process for w in self._scheduler.workers.values()
-                    if w.process is not None]
+            return self._scheduler.processes()
 
     @property
     def _processes(self) -> int:
         """The pool's size, as multiprocessing's ``Pool._processes``."""
-        return self._scheduler.target
+        return self._scheduler.size()
 
     # -- submitting -----------------------------------------------------------------
     def apply(self, func: Callable[..., _T], args: Iterable[Any] = (),
@@ -529,7 +457,7 @@ class Pool:
     def _size_hint(self) -> int:
         """The workers a map is chunked for (:func:`chunking.map_workers`)."""
         adapter = self._adapter
-        return chunking.map_workers(self._scheduler.target,
+        return chunking.map_workers(self._scheduler.size(),
                                     None if adapter is None else adapter.settings.maximum)
 
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
@@ -621,8 +549,7 @@ class Pool:
                       functools.partial(_feed_ended, self._scheduler, self._lock,
                                         self._feeders))
         with self._lock:
-            self._scheduler.check_running()
-            self._scheduler.feeding += 1
+            self._scheduler.feed_started()
             self._feeders.add(feed)
         feed.start()
         return result
@@ -673,11 +600,12 @@ class Pool:
         # as multiprocessing's: a pool collected while running was neither closed nor
         # terminated (its workers are ended: runtime/pool/workers.py)
         scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
-        if scheduler is not None and scheduler.state == RUN:
+        if scheduler is not None and scheduler.pool_state() == RUN:
             _warn(f"unclosed running fiber pool {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
-        return f"<fiber.Pool state={self._scheduler.state} pool_size={self._scheduler.target}>"
+        s = self._scheduler
+        return f"<fiber.Pool state={s.pool_state()} pool_size={s.size()}>"
 
     def __reduce__(self) -> NoReturn:
         raise NotImplementedError(

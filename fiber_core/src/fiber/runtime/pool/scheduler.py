@@ -264,6 +264,36 @@ class Scheduler:
         self.task_seconds: float | None = None
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
 
+    # -- what fiber.Pool asks (its whole interface to the table; docs/architecture.md) --
+    # Pool also calls check_running, submit_call, submit_chunks, feed_ended and close,
+    # and hands the table itself to the parts that drive it (channel, worker set,
+    # feeder, adapt driver, progress, stats.snapshot); it reads no attribute of it.
+    def size(self) -> int:
+        """The number of workers the pool aims to have."""
+        return self.target
+
+    def max_attempts(self) -> int:
+        """How many workers a task may lose before it fails."""
+        return self.attempts_limit
+
+    def pool_state(self) -> str:
+        """``RUN``, ``CLOSE`` or ``TERMINATE``."""
+        return self.state
+
+    def failure(self) -> Exception | None:
+        """Why workers cannot be started (the pool is broken), or None."""
+        return self.broken
+
+    def processes(self) -> list[Any]:
+        """The processes of the workers alive (those whose job was made)."""
+        return [w.process for w in self.workers.values() if w.process is not None]
+
+    def feed_started(self) -> None:
+        """An imap's feeder is about to read its input: counted in :meth:`unfinished`
+        until :meth:`feed_ended` (raises as :meth:`check_running` when not running)."""
+        self.check_running()
+        self.feeding += 1
+
     # -- submitting -----------------------------------------------------------------
     def check_running(self) -> None:
         if self.state != RUN:
