@@ -14,16 +14,17 @@ The class here is the public face; the work is done in :mod:`fiber.runtime.pool`
   (:mod:`~fiber.runtime.pool.worker`) and the result objects
   (:mod:`~fiber.runtime.pool.results`);
 * the feeder of each ``imap``/``imap_unordered`` (:mod:`~fiber.runtime.pool.feeder`),
-  which reads its input lazily, a bounded window ahead of the results taken.
+  which reads its input lazily, a bounded window ahead of the results taken;
+* the chunking policy, the arguments' checks, the workers' jobs and the stats'
+  assembly (``chunking``, ``checks``, ``placement``, ``stats``).
 
-:meth:`Pool.stats` is a cheap, thread-safe snapshot of a pool's workers and tasks.
+Pool drives the pending table only through the methods docs/architecture.md lists;
+:meth:`Pool.stats` is a cheap, thread-safe snapshot of its workers and tasks.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import os
 import threading
 import time
 import warnings
@@ -36,7 +37,7 @@ from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
-from fiber.runtime.pool import chunking
+from fiber.runtime.pool import checks, chunking, placement
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
@@ -49,7 +50,6 @@ from fiber.runtime.pool.results import (
 )
 from fiber.runtime.pool.scheduler import RUN, Scheduler
 from fiber.runtime.pool.stats import PoolStats, WorkerStats, snapshot
-from fiber.runtime.pool.worker import worker, worker_group
 from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
@@ -95,64 +95,6 @@ _SEQUENCES = (list, tuple, range)
 _P = TypeVar("_P", bound="Pool")
 
 
-def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
-                    initargs: tuple[Any, ...], wids: list[int], *,
-                    process_class: type = Process,
-                    resources: Resources | None = None) -> Process:
-    """The job of the pool workers ``wids``: one worker, or several in one job
-    (``workers_per_job``), whose request is ``resources`` times their number."""
-    if len(wids) == 1:
-        return process_class(target=worker, name=f"PoolWorker-{wids[0]}", daemon=True,
-                             args=(address, cid, wids[0], initializer, initargs),
-                             resources=resources)
-    return process_class(target=worker_group, name=f"PoolWorkers-{wids[0]}-{wids[-1]}",
-                         daemon=True, args=(address, cid, wids, initializer, initargs),
-                         resources=None if resources is None else resources.scaled(len(wids)))
-
-
-def _count(name: str, value: Any, least: int) -> int:
-    """An int (not a bool) of at least ``least`` (adapt's bounds)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < least:
-        raise ValueError(f"{name} must be at least {least}, not {value}")
-    return value
-
-
-def _seconds(name: str, value: Any, *, allow_zero: bool) -> float:
-    """A finite real number, positive (or 0 with ``allow_zero``): adapt's knobs."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number "
-                         f"{'of at least 0' if allow_zero else 'above 0'}, not {value}")
-    return float(value)
-
-
-def _check_placements(placements: object) -> tuple[list[Any], tuple[int, ...]]:
-    """adapt's ``placements``: (fiber context, maximum) pairs, at least one."""
-    wrong = TypeError("placements must be a list of (context, maximum) pairs: a fiber "
-                      "context (fiber.get_context(name)) and an int")
-    if isinstance(placements, (str, bytes)) or not isinstance(placements, Iterable):
-        raise wrong
-    contexts, caps = [], []
-    for item in placements:
-        if not isinstance(item, tuple) or len(item) != 2 or not run.carries(item[0]):
-            raise wrong
-        contexts.append(item[0])
-        caps.append(_count("a placement's maximum", item[1], 1))
-    if not contexts:
-        raise ValueError("placements must name at least one (context, maximum)")
-    return contexts, tuple(caps)
-
-
-def _check_callbacks(callback: object, error_callback: object) -> None:
-    """Callbacks are checked at the call (multiprocessing's result thread dies on one
-    that is not callable, and its pool hangs)."""
-    arguments.callable_or_none("callback", callback)
-    arguments.callable_or_none("error_callback", error_callback)
-
-
 def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
                 feed: Feeder) -> None:
     """A feeder's thread ends (it holds the pool's parts, not the pool)."""
@@ -196,24 +138,9 @@ class Pool:
                 "recovers from lost workers (their tasks run again, see max_task_attempts)")
         # raise here, not in the threads that start the workers (see Process.start)
         run.check_not_importing_main()
-        if processes is None:
-            processes = os.cpu_count() or 1
-        # checked here as multiprocessing checks it (a float reaching the supervisor
-        # thread killed it, and map waited for ever)
-        processes = arguments.pool_size(processes)
-        if maxtasksperchild is not None and (
-                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
-            raise ValueError("maxtasksperchild must be a positive int or None")
-        if initializer is not None and not callable(initializer):
-            raise TypeError("initializer must be a callable")
-        self._min_given = min_processes is not None
-        self._min = 1 if min_processes is None else arguments.positive_int(
-            "min_processes", min_processes)
-        self._max = None if max_processes is None else arguments.positive_int(
-            "max_processes", max_processes)
-        if max_task_attempts is not None:
-            arguments.positive_int("max_task_attempts", max_task_attempts)
-        self._check_size(processes)
+        processes, self._bounds = checks.pool_arguments(
+            processes, maxtasksperchild, initializer, min_processes, max_processes,
+            max_task_attempts)
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
@@ -223,14 +150,9 @@ class Pool:
         target = run.of(ctx)
         process_class = ctx.Process if ctx is not None else Process
         # checked by the backend before any worker starts
-        if not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool) \
-                or workers_per_job < 1:
-            raise ValueError(f"workers_per_job must be a positive int, not {workers_per_job!r}")
-        # each worker's request (the settings' with the pool's on top); a job of
-        # several workers asks for it times their number
-        requested = target.resources(None if resources is None else Resources.of(resources))
-        if workers_per_job > 1:
-            target.resources(requested.scaled(workers_per_job))
+        checks.workers_per_job(workers_per_job)
+        # each worker's request; a job of several workers asks for it times their number
+        requested = placement.job_request(target, resources, workers_per_job)
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
@@ -253,22 +175,18 @@ class Pool:
         self._address = hub.stream_address
         self._adapter: Adapter | None = None
         # what adapt(placements=) needs to start workers in other contexts
-        self._job_args = (initializer, initargs, resources, workers_per_job)
+        self._job_args: placement.JobArgs = (initializer, initargs, resources,
+                                             workers_per_job)
         self._cids: dict[int, int] = {id(hub): self._cid}  # the pool's channel per hub
         self._worker_set = WorkerSet(
             self, self._scheduler, changed,
-            functools.partial(_worker_process, self._address, self._cid, initializer,
-                              initargs, process_class=process_class, resources=requested),
+            placement.maker(self._address, self._cid, process_class, self._job_args,
+                            requested),
             hub, self._cid, target.backend(), workers_per_job)
         self._own_placement = self._worker_set.placements[0]
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------
-    def _check_size(self, n: int) -> None:
-        if n < self._min or (self._max is not None and n > self._max):
-            raise ValueError(f"pool size {n} is outside its bounds "
-                             f"[{self._min}, {self._max or 'unbounded'}]")
-
     @property
     def processes(self) -> int:
         """fiber extension: the number of workers the pool aims to have."""
@@ -277,12 +195,12 @@ class Pool:
     @property
     def min_processes(self) -> int:
         """fiber extension: the smallest size :meth:`resize` accepts."""
-        return self._min
+        return self._bounds.least
 
     @property
     def max_processes(self) -> int | None:
         """fiber extension: the largest size :meth:`resize` accepts (None: unbounded)."""
-        return self._max
+        return self._bounds.most
 
     @property
     def max_task_attempts(self) -> int:
@@ -295,7 +213,7 @@ class Pool:
         adapting pool (:meth:`adapt`) it turns adapting off: the pool keeps the size
         given from then on."""
         processes = arguments.pool_size(processes)
-        self._check_size(processes)
+        self._bounds.check(processes)
         with self._lock:
             self._scheduler.check_running()
             if self._adapter is not None:
@@ -319,33 +237,10 @@ class Pool:
         with room (``maximum`` defaults to the sum); the last's are given back first;
         one whose start fails is skipped a while. Called again, it changes the
         settings; :meth:`resize` turns adapting off. See docs/adapt.md."""
-        minimum = _count("minimum", minimum, 0)
-        caps: tuple[int, ...] = ()
-        contexts: list[Any] = []
-        if placements is not None:
-            contexts, caps = _check_placements(placements)
-            if maximum is None:
-                maximum = sum(caps)
-            elif maximum > sum(caps):
-                raise ValueError(f"maximum ({maximum}) is above the placements' maxima "
-                                 f"together ({sum(caps)})")
-        if maximum is None:
-            maximum = self._max if self._max is not None else self._scheduler.size()
-        maximum = _count("maximum", maximum, 1)
-        if maximum < minimum:
-            raise ValueError(f"maximum ({maximum}) must be at least minimum ({minimum})")
-        if self._max is not None and maximum > self._max:
-            raise ValueError(f"maximum ({maximum}) is above the pool's max_processes "
-                             f"({self._max})")
-        if self._min_given and minimum < self._min:
-            raise ValueError(f"minimum ({minimum}) is below the pool's min_processes "
-                             f"({self._min})")
-        idle_timeout = _seconds("idle_timeout", idle_timeout, allow_zero=True)
-        growth = _seconds("growth", growth, allow_zero=False)
         from fiber.runtime.pool.adapt import Adapter
-        from fiber.runtime.pool.adapt_policy import Settings
-
-        settings = Settings(minimum, maximum, idle_timeout, growth, caps)
+        settings, contexts = checks.adapt_settings(
+            minimum, maximum, idle_timeout, growth, placements,
+            size=self._scheduler.size(), bounds=self._bounds)
         places = [self._placement(ctx) for ctx in contexts]  # may ask the backends
         with self._lock:
             self._scheduler.check_running()
@@ -358,26 +253,18 @@ class Pool:
 
     def _placement(self, ctx: Any) -> Placement:
         """The placement of the fiber context ``ctx`` for this pool's workers: its
-        Process on its backend, reaching the pool's channel on its hub (the channel is
-        added there once, if the hub is not the pool's own)."""
-        initializer, initargs, resources, per_job = self._job_args
-        target = run.of(ctx)
-        requested = target.resources(None if resources is None else Resources.of(resources))
-        if per_job > 1:
-            target.resources(requested.scaled(per_job))
-        hub = target.hub()
+        Process on its backend, reaching the pool's channel on its hub."""
+        return placement.place(run.of(ctx), ctx.Process, self._job_args, self._channel_on)
+
+    def _channel_on(self, hub: Any) -> int:
+        """The pool's channel on ``hub``, added there once (if not the pool's own)."""
         with self._lock:
             cid = self._cids.get(id(hub))
             if cid is None:
                 cid = self._cids[id(hub)] = hub.add_channel(
                     PoolChannel(self._scheduler, self._lock), stream=True)
                 self._worker_set.channels.append((hub, cid))
-        name = target.config().backend
-        if target.overrides:
-            name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(target.overrides.items())) + ")"
-        return Placement(name, functools.partial(
-            _worker_process, hub.stream_address, cid, initializer, initargs,
-            process_class=ctx.Process, resources=requested), target.backend(), hub, cid)
+            return cid
 
     def wait_until_workers_up(self, timeout: float | None = None) -> None:
         """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started
@@ -447,7 +334,7 @@ class Pool:
                     error_callback: Callable[[BaseException], object] | None = None,
                     ) -> ApplyResult[_T]:
         """``func(*args, **kwds)`` in a worker; returns its :class:`AsyncResult`."""
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
         with self._lock:
             task = self._scheduler.submit_call(func, args, kwds, result)
@@ -494,7 +381,7 @@ class Pool:
                    callback: Callable[[list[_T]], object] | None,
                    error_callback: Callable[[BaseException], object] | None,
                    call: str) -> MapResult[_T]:
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         # a list, tuple or range is chunked as it is (slices; a range's travel as
@@ -522,7 +409,7 @@ class Pool:
                        callback: Callable[[list[_T]], object] | None,
                        error_callback: Callable[[BaseException], object] | None,
                        call: str) -> MapResult[_T]:
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
