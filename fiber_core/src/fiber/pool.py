@@ -237,10 +237,10 @@ class Pool:
         with room (``maximum`` defaults to the sum); the last's are given back first;
         one whose start fails is skipped a while. Called again, it changes the
         settings; :meth:`resize` turns adapting off. See docs/adapt.md."""
-        from fiber.runtime.pool.adapt import Adapter
         settings, contexts = checks.adapt_settings(
             minimum, maximum, idle_timeout, growth, placements,
             size=self._scheduler.size(), bounds=self._bounds)
+        from fiber.runtime.pool.adapt import Adapter  # (loaded by the first adapt())
         places = [self._placement(ctx) for ctx in contexts]  # may ask the backends
         with self._lock:
             self._scheduler.check_running()
