@@ -48,8 +48,9 @@ from fiber.runtime.pool.results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.runtime.pool.scheduler import RUN, Scheduler
+from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.stats import PoolStats, WorkerStats, snapshot
+from fiber.runtime.pool.tasks import RUN
 from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
@@ -484,8 +485,7 @@ class Pool:
         self.terminate()
 
     def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
-        # as multiprocessing's: a pool collected while running was neither closed nor
-        # terminated (its workers are ended: runtime/pool/workers.py)
+        # as multiprocessing's: collected while running, neither closed nor terminated
         scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
         if scheduler is not None and scheduler.pool_state() == RUN:
             _warn(f"unclosed running fiber pool {self!r}", ResourceWarning, source=self)

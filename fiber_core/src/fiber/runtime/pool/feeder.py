@@ -37,7 +37,8 @@ from typing import Any
 from fiber import threads
 from fiber.runtime.pool.chunking import pickled_size, window
 from fiber.runtime.pool.results import IMapIterator
-from fiber.runtime.pool.scheduler import RUN, TERMINATE, Scheduler
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import RUN, TERMINATE
 
 logger = logging.getLogger("fiber")
 

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from fiber.runtime.pool import observe
 from fiber.runtime.pool.observe import RunningTask, TaskError
-from fiber.runtime.pool.scheduler import BUSY, IDLE, STARTING, STOPPING, Scheduler
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import BUSY, IDLE, STARTING, STOPPING
 
 if TYPE_CHECKING:  # adapt.py is loaded by the first Pool.adapt()
     from fiber.runtime.pool.adapt import AdaptStats
