@@ -13,16 +13,9 @@ import threading
 import pytest
 
 from fiber.errors import WorkerLostError
-from fiber.runtime.pool.scheduler import (
-    BATCH_ITEMS,
-    BUSY,
-    IDLE,
-    MAX_BATCH,
-    STARTING,
-    STOPPING,
-    Scheduler,
-    Task,
-)
+from fiber.runtime.pool.chunking import BATCH_ITEMS, MAX_BATCH
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import BUSY, IDLE, STARTING, STOPPING, Task
 from fiber.wire import serialization
 from fiber.wire.protocol import PoolOp, TaskKind
 

@@ -14,21 +14,21 @@ The class here is the public face; the work is done in :mod:`fiber.runtime.pool`
   (:mod:`~fiber.runtime.pool.worker`) and the result objects
   (:mod:`~fiber.runtime.pool.results`);
 * the feeder of each ``imap``/``imap_unordered`` (:mod:`~fiber.runtime.pool.feeder`),
-  which reads its input lazily, a bounded window ahead of the results taken.
+  which reads its input lazily, a bounded window ahead of the results taken;
+* the chunking policy, the arguments' checks, the workers' jobs and the stats'
+  assembly (``chunking``, ``checks``, ``placement``, ``stats``).
 
-:meth:`Pool.stats` is a cheap, thread-safe snapshot of a pool's workers and tasks.
+Pool drives the pending table only through the methods docs/architecture.md lists;
+:meth:`Pool.stats` is a cheap, thread-safe snapshot of its workers and tasks.
 """
 
 from __future__ import annotations
 
 import functools
-import math
-import os
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
@@ -37,7 +37,7 @@ from fiber.backend import Resources
 from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
-from fiber.runtime.pool import feeder, observe
+from fiber.runtime.pool import checks, chunking, placement
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
 from fiber.runtime.pool.feeder import Feeder
 from fiber.runtime.pool.observe import RunningTask, TaskError
@@ -48,8 +48,9 @@ from fiber.runtime.pool.results import (
     IMapUnorderedIterator,
     MapResult,
 )
-from fiber.runtime.pool.scheduler import BUSY, IDLE, RUN, STARTING, STOPPING, Scheduler
-from fiber.runtime.pool.worker import worker, worker_group
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.stats import PoolStats, WorkerStats, snapshot
+from fiber.runtime.pool.tasks import RUN
 from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
@@ -92,118 +93,7 @@ _T = TypeVar("_T")
 _S = TypeVar("_S")
 
 _SEQUENCES = (list, tuple, range)
-SUBMIT_GROUP = 1024  # items (or one chunk, if larger) a map submits under the lock at once
 _P = TypeVar("_P", bound="Pool")
-
-
-@dataclass(frozen=True)
-class WorkerStats:
-    """One worker of a pool, as :meth:`Pool.stats` saw it."""
-
-    id: int  # the worker's number in its pool (its process is named PoolWorker-<id>)
-    state: str  # "starting", "idle", "busy" or "stopping"
-    process: Process | None  # None while its job is being started
-    batches: int  # batches it holds: 0, 1, or 2 when it took one in advance
-    held: int  # tasks in those batches
-    dispatched: int  # tasks sent to it so far
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    """A snapshot of a pool (:meth:`Pool.stats`).
-
-    A task is one ``apply`` call or one chunk of a map; a chunk that was running when
-    its worker was lost runs again as single items, which count as tasks of their own.
-    Workers are counted by state: ``starting`` (its job is starting, or it has not
-    connected yet; ``pending`` of them are queued by the cluster), ``idle``, ``busy``
-    (holds tasks), ``stopping`` (let go by ``resize``, ``maxtasksperchild`` or
-    ``close``, and not yet gone). ``slowest`` and ``errors`` (with remote tracebacks)
-    are what ``fiber top`` shows (:mod:`fiber.runtime.pool.observe`).
-    """
-
-    state: str  # "RUN", "CLOSE" or "TERMINATE"
-    processes: int  # the size the pool aims for
-    starting: int
-    idle: int
-    busy: int
-    stopping: int
-    started: int  # workers started over the pool's life
-    lost: int  # workers that ended without being let go (died, killed, lost their host)
-    replaced: int  # workers started to make up for lost ones
-    queued: int  # tasks waiting for a worker
-    running: int  # tasks in progress: one per worker running a task
-    # (a worker runs its batch one task at a time; the rest of the batch is ``held``)
-    held: int  # tasks held by workers: running, or taken in advance
-    done: int  # tasks finished with a value
-    failed: int  # tasks finished with an error (raised, lost workers, terminate)
-    workers: tuple[WorkerStats, ...]
-    pending: int = 0  # of the starting workers, those whose job the cluster queues
-    throughput: float = 0.0  # tasks finished per second over the last 10 s
-    slowest: tuple[RunningTask, ...] = ()  # tasks in progress, longest running first
-    errors: tuple[TaskError, ...] = ()  # the last failed tasks, oldest first
-    # tasks a worker gave back unstarted, for a worker with nothing to do (work stealing)
-    recalled: int = 0
-    adapt: AdaptStats | None = None  # the adaptive pool's state (None: not adapting)
-    # the recent tasks' running time, seconds (a moving mean; None before any result)
-    task_seconds: float | None = None
-
-
-def _worker_process(address: str, cid: int, initializer: Callable[..., object] | None,
-                    initargs: tuple[Any, ...], wids: list[int], *,
-                    process_class: type = Process,
-                    resources: Resources | None = None) -> Process:
-    """The job of the pool workers ``wids``: one worker, or several in one job
-    (``workers_per_job``), whose request is ``resources`` times their number."""
-    if len(wids) == 1:
-        return process_class(target=worker, name=f"PoolWorker-{wids[0]}", daemon=True,
-                             args=(address, cid, wids[0], initializer, initargs),
-                             resources=resources)
-    return process_class(target=worker_group, name=f"PoolWorkers-{wids[0]}-{wids[-1]}",
-                         daemon=True, args=(address, cid, wids, initializer, initargs),
-                         resources=None if resources is None else resources.scaled(len(wids)))
-
-
-def _count(name: str, value: Any, least: int) -> int:
-    """An int (not a bool) of at least ``least`` (adapt's bounds)."""
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
-    if value < least:
-        raise ValueError(f"{name} must be at least {least}, not {value}")
-    return value
-
-
-def _seconds(name: str, value: Any, *, allow_zero: bool) -> float:
-    """A finite real number, positive (or 0 with ``allow_zero``): adapt's knobs."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{name} must be a number, not {type(value).__name__}")
-    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be a finite number "
-                         f"{'of at least 0' if allow_zero else 'above 0'}, not {value}")
-    return float(value)
-
-
-def _check_placements(placements: object) -> tuple[list[Any], tuple[int, ...]]:
-    """adapt's ``placements``: (fiber context, maximum) pairs, at least one."""
-    wrong = TypeError("placements must be a list of (context, maximum) pairs: a fiber "
-                      "context (fiber.get_context(name)) and an int")
-    if isinstance(placements, (str, bytes)) or not isinstance(placements, Iterable):
-        raise wrong
-    contexts, caps = [], []
-    for item in placements:
-        if not isinstance(item, tuple) or len(item) != 2 or not run.carries(item[0]):
-            raise wrong
-        contexts.append(item[0])
-        caps.append(_count("a placement's maximum", item[1], 1))
-    if not contexts:
-        raise ValueError("placements must name at least one (context, maximum)")
-    return contexts, tuple(caps)
-
-
-def _check_callbacks(callback: object, error_callback: object) -> None:
-    """Callbacks are checked at the call (multiprocessing's result thread dies on one
-    that is not callable, and its pool hangs)."""
-    arguments.callable_or_none("callback", callback)
-    arguments.callable_or_none("error_callback", error_callback)
 
 
 def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
@@ -249,24 +139,9 @@ class Pool:
                 "recovers from lost workers (their tasks run again, see max_task_attempts)")
         # raise here, not in the threads that start the workers (see Process.start)
         run.check_not_importing_main()
-        if processes is None:
-            processes = os.cpu_count() or 1
-        # checked here as multiprocessing checks it (a float reaching the supervisor
-        # thread killed it, and map waited for ever)
-        processes = arguments.pool_size(processes)
-        if maxtasksperchild is not None and (
-                not isinstance(maxtasksperchild, int) or maxtasksperchild <= 0):
-            raise ValueError("maxtasksperchild must be a positive int or None")
-        if initializer is not None and not callable(initializer):
-            raise TypeError("initializer must be a callable")
-        self._min_given = min_processes is not None
-        self._min = 1 if min_processes is None else arguments.positive_int(
-            "min_processes", min_processes)
-        self._max = None if max_processes is None else arguments.positive_int(
-            "max_processes", max_processes)
-        if max_task_attempts is not None:
-            arguments.positive_int("max_task_attempts", max_task_attempts)
-        self._check_size(processes)
+        processes, self._bounds = checks.pool_arguments(
+            processes, maxtasksperchild, initializer, min_processes, max_processes,
+            max_task_attempts)
         initargs = tuple(initargs)
         # validate what every worker will receive, once, before starting any
         serialization.dumps_code((initializer, initargs))
@@ -276,14 +151,9 @@ class Pool:
         target = run.of(ctx)
         process_class = ctx.Process if ctx is not None else Process
         # checked by the backend before any worker starts
-        if not isinstance(workers_per_job, int) or isinstance(workers_per_job, bool) \
-                or workers_per_job < 1:
-            raise ValueError(f"workers_per_job must be a positive int, not {workers_per_job!r}")
-        # each worker's request (the settings' with the pool's on top); a job of
-        # several workers asks for it times their number
-        requested = target.resources(None if resources is None else Resources.of(resources))
-        if workers_per_job > 1:
-            target.resources(requested.scaled(workers_per_job))
+        checks.workers_per_job(workers_per_job)
+        # each worker's request; a job of several workers asks for it times their number
+        requested = placement.job_request(target, resources, workers_per_job)
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
@@ -306,41 +176,37 @@ class Pool:
         self._address = hub.stream_address
         self._adapter: Adapter | None = None
         # what adapt(placements=) needs to start workers in other contexts
-        self._job_args = (initializer, initargs, resources, workers_per_job)
+        self._job_args: placement.JobArgs = (initializer, initargs, resources,
+                                             workers_per_job)
         self._cids: dict[int, int] = {id(hub): self._cid}  # the pool's channel per hub
         self._worker_set = WorkerSet(
             self, self._scheduler, changed,
-            functools.partial(_worker_process, self._address, self._cid, initializer,
-                              initargs, process_class=process_class, resources=requested),
+            placement.maker(self._address, self._cid, process_class, self._job_args,
+                            requested),
             hub, self._cid, target.backend(), workers_per_job)
         self._own_placement = self._worker_set.placements[0]
         status.register_pool(self, hub)  # fiber top can see it (runtime/status.py)
 
     # -- size -----------------------------------------------------------------------
-    def _check_size(self, n: int) -> None:
-        if n < self._min or (self._max is not None and n > self._max):
-            raise ValueError(f"pool size {n} is outside its bounds "
-                             f"[{self._min}, {self._max or 'unbounded'}]")
-
     @property
     def processes(self) -> int:
         """fiber extension: the number of workers the pool aims to have."""
-        return self._scheduler.target
+        return self._scheduler.size()
 
     @property
     def min_processes(self) -> int:
         """fiber extension: the smallest size :meth:`resize` accepts."""
-        return self._min
+        return self._bounds.least
 
     @property
     def max_processes(self) -> int | None:
         """fiber extension: the largest size :meth:`resize` accepts (None: unbounded)."""
-        return self._max
+        return self._bounds.most
 
     @property
     def max_task_attempts(self) -> int:
         """fiber extension: how many workers a task may lose before it fails."""
-        return self._scheduler.attempts_limit
+        return self._scheduler.max_attempts()
 
     def resize(self, processes: int) -> None:
         """fiber extension: grow or shrink the pool while it runs. A worker that is let
@@ -348,7 +214,7 @@ class Pool:
         adapting pool (:meth:`adapt`) it turns adapting off: the pool keeps the size
         given from then on."""
         processes = arguments.pool_size(processes)
-        self._check_size(processes)
+        self._bounds.check(processes)
         with self._lock:
             self._scheduler.check_running()
             if self._adapter is not None:
@@ -372,33 +238,10 @@ class Pool:
         with room (``maximum`` defaults to the sum); the last's are given back first;
         one whose start fails is skipped a while. Called again, it changes the
         settings; :meth:`resize` turns adapting off. See docs/adapt.md."""
-        minimum = _count("minimum", minimum, 0)
-        caps: tuple[int, ...] = ()
-        contexts: list[Any] = []
-        if placements is not None:
-            contexts, caps = _check_placements(placements)
-            if maximum is None:
-                maximum = sum(caps)
-            elif maximum > sum(caps):
-                raise ValueError(f"maximum ({maximum}) is above the placements' maxima "
-                                 f"together ({sum(caps)})")
-        if maximum is None:
-            maximum = self._max if self._max is not None else self._scheduler.target
-        maximum = _count("maximum", maximum, 1)
-        if maximum < minimum:
-            raise ValueError(f"maximum ({maximum}) must be at least minimum ({minimum})")
-        if self._max is not None and maximum > self._max:
-            raise ValueError(f"maximum ({maximum}) is above the pool's max_processes "
-                             f"({self._max})")
-        if self._min_given and minimum < self._min:
-            raise ValueError(f"minimum ({minimum}) is below the pool's min_processes "
-                             f"({self._min})")
-        idle_timeout = _seconds("idle_timeout", idle_timeout, allow_zero=True)
-        growth = _seconds("growth", growth, allow_zero=False)
-        from fiber.runtime.pool.adapt import Adapter
-        from fiber.runtime.pool.adapt_policy import Settings
-
-        settings = Settings(minimum, maximum, idle_timeout, growth, caps)
+        settings, contexts = checks.adapt_settings(
+            minimum, maximum, idle_timeout, growth, placements,
+            size=self._scheduler.size(), bounds=self._bounds)
+        from fiber.runtime.pool.adapt import Adapter  # (loaded by the first adapt())
         places = [self._placement(ctx) for ctx in contexts]  # may ask the backends
         with self._lock:
             self._scheduler.check_running()
@@ -411,26 +254,18 @@ class Pool:
 
     def _placement(self, ctx: Any) -> Placement:
         """The placement of the fiber context ``ctx`` for this pool's workers: its
-        Process on its backend, reaching the pool's channel on its hub (the channel is
-        added there once, if the hub is not the pool's own)."""
-        initializer, initargs, resources, per_job = self._job_args
-        target = run.of(ctx)
-        requested = target.resources(None if resources is None else Resources.of(resources))
-        if per_job > 1:
-            target.resources(requested.scaled(per_job))
-        hub = target.hub()
+        Process on its backend, reaching the pool's channel on its hub."""
+        return placement.place(run.of(ctx), ctx.Process, self._job_args, self._channel_on)
+
+    def _channel_on(self, hub: Any) -> int:
+        """The pool's channel on ``hub``, added there once (if not the pool's own)."""
         with self._lock:
             cid = self._cids.get(id(hub))
             if cid is None:
                 cid = self._cids[id(hub)] = hub.add_channel(
                     PoolChannel(self._scheduler, self._lock), stream=True)
                 self._worker_set.channels.append((hub, cid))
-        name = target.config().backend
-        if target.overrides:
-            name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(target.overrides.items())) + ")"
-        return Placement(name, functools.partial(
-            _worker_process, hub.stream_address, cid, initializer, initargs,
-            process_class=ctx.Process, resources=requested), target.backend(), hub, cid)
+            return cid
 
     def wait_until_workers_up(self, timeout: float | None = None) -> None:
         """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started
@@ -444,7 +279,7 @@ class Pool:
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             with self._lock:
-                broken = self._scheduler.broken
+                broken = self._scheduler.failure()
                 stats = self.stats()
             if broken is not None:
                 raise broken
@@ -472,41 +307,21 @@ class Pool:
         Safe to call from any thread at any time, also after ``close()`` or
         ``terminate()``; it costs a pass over the workers under the pool's lock (not
         over the tasks), so it can be polled, e.g. by a live view."""
-        s = self._scheduler
         with self._lock:
-            workers = tuple(
-                WorkerStats(w.id, w.state, w.process, len(w.held),
-                            sum(len(batch) for batch in w.held.values()), w.dispatched)
-                for w in s.workers.values())
-            states = [ws.state for ws in workers]
-            now = time.monotonic()
-            return PoolStats(
-                state=s.state, processes=s.target,
-                starting=states.count(STARTING), idle=states.count(IDLE),
-                busy=states.count(BUSY), stopping=states.count(STOPPING),
-                started=s.started, lost=s.lost_workers, replaced=s.replaced,
-                queued=len(s.queue),
-                running=observe.in_progress(s.workers.values()),
-                held=sum(ws.held for ws in workers), done=s.done, failed=s.failed,
-                workers=workers,
-                pending=observe.pending(ws.process for ws in workers
-                                        if ws.state == STARTING),
-                throughput=s.meter.rate(s.done + s.failed, now),
-                slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-                recalled=s.recalled, task_seconds=s.task_seconds,
-                adapt=None if self._adapter is None else self._adapter.stats())
+            adapter = self._adapter
+            return snapshot(self._scheduler,
+                            None if adapter is None else adapter.stats())
 
     @property
     def _pool(self) -> list[Process]:
         """The live workers' processes, as multiprocessing's ``Pool._pool``."""
         with self._lock:
-            return [w.process for w in self._scheduler.workers.values()
-                    if w.process is not None]
+            return self._scheduler.processes()
 
     @property
     def _processes(self) -> int:
         """The pool's size, as multiprocessing's ``Pool._processes``."""
-        return self._scheduler.target
+        return self._scheduler.size()
 
     # -- submitting -----------------------------------------------------------------
     def apply(self, func: Callable[..., _T], args: Iterable[Any] = (),
@@ -520,7 +335,7 @@ class Pool:
                     error_callback: Callable[[BaseException], object] | None = None,
                     ) -> ApplyResult[_T]:
         """``func(*args, **kwds)`` in a worker; returns its :class:`AsyncResult`."""
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
         with self._lock:
             task = self._scheduler.submit_call(func, args, kwds, result)
@@ -528,26 +343,19 @@ class Pool:
         return result
 
     def _size_hint(self) -> int:
-        """The workers a map is chunked for: the pool's size, or an adapting pool's
-        maximum (it may have no worker when the map comes)."""
+        """The workers a map is chunked for (:func:`chunking.map_workers`)."""
         adapter = self._adapter
-        if adapter is not None:
-            return max(1, adapter.settings.maximum)
-        return max(1, self._scheduler.target)
+        return chunking.map_workers(self._scheduler.size(),
+                                    None if adapter is None else adapter.settings.maximum)
 
     def _chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int | None,
                 kind: int, sink: Any, call: str) -> Any:
-        if chunksize is None:
-            chunksize, extra = divmod(len(items), self._size_hint() * 4)
-            chunksize = max(1, chunksize + (1 if extra else 0))
-        else:  # (multiprocessing's map hangs on a float, returns [] for 0)
-            chunksize = arguments.chunksize(chunksize)
+        chunksize = chunking.map_chunksize(len(items), self._size_hint(), chunksize)
         counted = progress.watch(sink, len(items), self._scheduler, call) \
             if self._progress else sink
-        # submitted a group of chunks at a time, each handed out at once: the workers
-        # start on the first chunks while the next are made, and the pool's lock is
-        # released between groups for the results coming back
-        step = chunksize * max(1, SUBMIT_GROUP // chunksize)
+        # submitted a group of chunks at a time, each handed out at once; the pool's
+        # lock is released between groups for the results coming back
+        step = chunking.submit_step(chunksize)
         self._scheduler.check_running()
         for start in range(0, len(items), step):
             with self._lock:
@@ -574,7 +382,7 @@ class Pool:
                    callback: Callable[[list[_T]], object] | None,
                    error_callback: Callable[[BaseException], object] | None,
                    call: str) -> MapResult[_T]:
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         # a list, tuple or range is chunked as it is (slices; a range's travel as
@@ -602,7 +410,7 @@ class Pool:
                        callback: Callable[[list[_T]], object] | None,
                        error_callback: Callable[[BaseException], object] | None,
                        call: str) -> MapResult[_T]:
-        _check_callbacks(callback, error_callback)
+        checks.callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
@@ -612,7 +420,7 @@ class Pool:
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
-        limit = feeder.window(self._size_hint(), chunksize) * chunksize
+        limit = chunking.window(self._size_hint(), chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
             # anything): submitted at once, as map's, without a thread or a copy
@@ -629,8 +437,7 @@ class Pool:
                       functools.partial(_feed_ended, self._scheduler, self._lock,
                                         self._feeders))
         with self._lock:
-            self._scheduler.check_running()
-            self._scheduler.feeding += 1
+            self._scheduler.feed_started()
             self._feeders.add(feed)
         feed.start()
         return result
@@ -678,14 +485,14 @@ class Pool:
         self.terminate()
 
     def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
-        # as multiprocessing's: a pool collected while running was neither closed nor
-        # terminated (its workers are ended: runtime/pool/workers.py)
+        # as multiprocessing's: collected while running, neither closed nor terminated
         scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
-        if scheduler is not None and scheduler.state == RUN:
+        if scheduler is not None and scheduler.pool_state() == RUN:
             _warn(f"unclosed running fiber pool {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
-        return f"<fiber.Pool state={self._scheduler.state} pool_size={self._scheduler.target}>"
+        s = self._scheduler
+        return f"<fiber.Pool state={s.pool_state()} pool_size={s.size()}>"
 
     def __reduce__(self) -> NoReturn:
         raise NotImplementedError(

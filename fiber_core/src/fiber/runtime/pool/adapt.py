@@ -52,7 +52,8 @@ from fiber.errors import ProcessStartError
 from fiber.runtime import monitor
 from fiber.runtime.pool import adapt_policy
 from fiber.runtime.pool.adapt_policy import Decision, Settings, Snapshot, WorkerView
-from fiber.runtime.pool.scheduler import CLOSE, TERMINATE, Scheduler, Worker
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import CLOSE, TERMINATE, Worker
 
 if TYPE_CHECKING:
     from fiber.runtime.pool.workers import WorkerSet

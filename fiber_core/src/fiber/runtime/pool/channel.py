@@ -36,7 +36,8 @@ from fiber.runtime.pool import observe
 from fiber.runtime.pool.observe import TaskError
 from fiber.runtime.pool.result_codec import decode, failure
 from fiber.runtime.pool.results import ApplyResult
-from fiber.runtime.pool.scheduler import Outcome, Scheduler, Task, settle
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import Outcome, Task, settle
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import POOL_HEADER, PoolOp, TaskKind
 

@@ -4,11 +4,10 @@ time, and submits it to the pool's pending table in chunks.
 A thread of its own reads the input (as multiprocessing's task handler does: the
 iterable may be slow or block), so ``imap`` returns at once and an infinite iterator
 works. The *window* bounds the chunks submitted whose results the caller has not taken
-yet (moved into its iterator's buffer): :func:`window` chunks, at least four per
-worker plus two (one running and one taken in advance per worker, results on their
-way), at least :data:`MIN_CHUNKS` chunks (up to :data:`MIN_CHUNKS_ITEMS` items) and at
-least :data:`READ_AHEAD` items, fewer for big items (as many as
-:data:`READ_AHEAD_BYTES` hold, judged by the first item's pickled size). When the
+yet (moved into its iterator's buffer): :func:`~fiber.runtime.pool.chunking.window`
+chunks (the pool's chunking policy, :mod:`~fiber.runtime.pool.chunking`: at least four
+per worker plus two, and at least ``READ_AHEAD`` items, fewer for big items, judged by
+the first item's pickled size). When the
 window is full the feeder waits until the caller has taken half of it, then reads the
 next half at once and submits it in one call under the pool's lock.
 
@@ -30,45 +29,20 @@ from __future__ import annotations
 
 import itertools
 import logging
-import pickle
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from fiber import threads
+from fiber.runtime.pool.chunking import pickled_size, window
 from fiber.runtime.pool.results import IMapIterator
-from fiber.runtime.pool.scheduler import RUN, TERMINATE, Scheduler
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import RUN, TERMINATE
 
 logger = logging.getLogger("fiber")
 
-READ_AHEAD = 8192  # items a window holds at least (small chunks batch well)...
-READ_AHEAD_BYTES = 64 << 20  # ...unless they are big: as many as fit here (pickled)
-CHUNKS_PER_WORKER = 4  # chunks a window holds at least per worker (running + in advance)
-# chunks a window holds at least, within MIN_CHUNKS_ITEMS items: with fewer, a pool of a
-# few workers that share batches of chunks runs dry between two refills (at chunksize
-# 1,000 on 2 workers, a window of 10 chunks made imap 1.4x slower than multiprocessing;
-# at chunksize 100, 82 chunks took 0.27-0.35 s for 1,000,000 items, 256 0.20-0.22 s)
-MIN_CHUNKS = 256
-MIN_CHUNKS_ITEMS = 1 << 20
 POLL = 1.0  # seconds between checks of the pool's state while the window is full
-
-
-def window(processes: int, chunksize: int, item_bytes: int = 0) -> int:
-    """How many chunks an imap keeps submitted and not taken by the caller, at most
-    (in items: this times ``chunksize``), for items of about ``item_bytes`` pickled."""
-    fit = READ_AHEAD_BYTES // max(1, item_bytes)  # items the byte budget holds
-    items = min(READ_AHEAD, fit)
-    least = min(MIN_CHUNKS, min(MIN_CHUNKS_ITEMS, fit) // chunksize)
-    return max(CHUNKS_PER_WORKER * processes + 2, least, -(-items // chunksize))
-
-
-def pickled_size(item: Any) -> int:
-    """The size of ``item`` pickled (0 when it cannot be: sending it will say why)."""
-    try:
-        return len(pickle.dumps(item, pickle.HIGHEST_PROTOCOL))
-    except Exception:  # noqa: BLE001 - only an estimate
-        return 0
 
 
 class _Delivery:

@@ -6,7 +6,18 @@ It is plain bookkeeping: no processes, no threads, no connections. The hub chann
 (:mod:`~fiber.runtime.pool.workers`) tells it of workers started and ended, and
 :class:`fiber.Pool` submits tasks. Every method of :class:`Scheduler` expects its
 caller to hold the pool's lock; outcomes it returns are delivered by the caller once the
-lock is released (:func:`settle`, :func:`fiber.runtime.pool.channel.deliver`). A line
+lock is released (:func:`~fiber.runtime.pool.tasks.settle`,
+:func:`fiber.runtime.pool.channel.deliver`). The records it keeps (:class:`Task`,
+:class:`Worker`, the protocols of a sink and a line) are in :mod:`~fiber.runtime.pool.tasks`.
+
+Over 500 lines, and kept so: it is one class with one job, the pending table. Its
+parts (submitting, handing out batches, taking back unstarted tasks, a lost worker's
+recovery, ending) all move tasks between the same structures (the queue, each
+worker's lines and held batches, the holders, the lost workers' tasks) and keep the
+same counts true together (``outstanding``, ``starting``, ``connected``, ``done``,
+``failed``): a task leaves one place only as it enters another, in one method, under
+one lock. Split across modules, every part would reach into the others' state to
+keep those invariants (tests/core/test_pool_scheduler.py drives the whole table). A line
 it answers is anything with ``reply(data) -> bool``, which lets unit tests drive it
 with fakes.
 
@@ -63,153 +74,32 @@ import itertools
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from fiber.errors import WorkerLostError
-from fiber.runtime.pool import observe
+from fiber.runtime.pool import chunking, observe
+from fiber.runtime.pool.tasks import (
+    CLOSE,
+    RUN,
+    TERMINATE,
+    Line,
+    Outcome,
+    Sink,
+    Task,
+    Worker,
+)
 from fiber.wire import serialization
 from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger("fiber")
 
-RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"
-STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 IDLE_LIST, SPARE = "idle", "spare"  # the lists of workers with a parked line
-MAX_BATCH = 128  # tasks a batch takes after its first, at most (a unit of sending only)
-BATCH_ITEMS = 2048  # items of small chunks a batch takes, at most (a chunk this big goes alone)
-#: tasks that take longer (seconds, the pool's recent average) are sent one per batch
-LONG_TASK = 0.005
 FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
 _STOP, _TASKS, _RECALL = PoolOp.STOP, PoolOp.TASKS, PoolOp.RECALL
 _CALL = TaskKind.CALL
 _monotonic = time.monotonic
-
-
-class Sink(Protocol):
-    """Where a task's outcome goes: a result object of :mod:`~fiber.runtime.pool.results`."""
-
-    def _set(self, start: int, count: int, ok: bool, value: Any) -> None: ...
-
-
-class Line(Protocol):
-    """A worker's request, answered once (:class:`fiber.wire.transport.Request`);
-    ``peer`` names the worker's connection."""
-
-    peer: int
-
-    def reply(self, data: bytes) -> bool: ...
-
-
-class Task:
-    """One task: ``payload`` is ``(args, kwds)`` for a call, else a chunk of ``count``
-    items that start at index ``start`` of the input."""
-
-    __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
-                 "alone", "done", "superseded", "started", "worker")
-
-    def __init__(self, tid: int, fid: int, kind: int, payload: Any, sink: Sink, start: int,
-                 count: int) -> None:
-        self.id = tid
-        self.fid = fid
-        self.kind = kind
-        self.payload = payload
-        self.sink = sink
-        self.start = start
-        self.count = count
-        self.attempts = 0
-        self.alone = False  # a suspect task: runs in a batch of its own
-        self.done = False  # its outcome was delivered
-        self.superseded = False  # split into items that run instead
-        self.started = False  # a worker confirmed it began this (suspect) task
-        self.worker: Worker | None = None  # the worker it was last sent to
-
-    def describe(self) -> str:
-        if self.kind == _CALL:
-            args, kwds = self.payload
-            return f"call with args={args!r:.200} kwds={kwds!r:.100}"
-        if self.count > 1:  # a chunk: its time is that of all its items
-            return (f"items {self.start}-{self.start + self.count - 1} "
-                    f"({self.payload[0]!r:.200}, ...)")
-        return f"item {self.start} ({self.payload[0]!r:.200})"
-
-
-class Worker:
-    """The master's mirror of one worker: which of its two lines are parked here, which
-    hold a batch, and the order in which the worker waits on them. ``process`` is set by
-    the worker set, ``peer`` and ``wire`` by the channel; the table does not use them."""
-
-    __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
-                 "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
-                 "wire", "since", "giving", "sent", "recalling", "recall_line", "awaiting",
-                 "give_open")
-
-    def __init__(self, wid: int) -> None:
-        self.id = wid
-        self.process: Any = None
-        self.peer: int | None = None
-        self.order: collections.deque[int] = collections.deque((0, 1))
-        self.parked: dict[int, Line] = {}
-        self.held: dict[int, dict[int, Task]] = {}  # line -> its tasks without a result
-        self.funcs: set[int] = set()  # functions it has (sent once)
-        self.dispatched = 0  # tasks sent to it
-        self.stopping = False  # let go (resize, maxtasksperchild): ends after its batches
-        self.dismissed = False  # told to exit (a line was answered STOP)
-        self.alive = True
-        self.connected = False
-        self.listed = ""  # the table's list it is in: "idle", "spare" or none ("")
-        self.wire: Any = None  # a request it sent: its connection, for reading directly
-        self.since = 0.0  # when its task in progress began (observe.py), time.monotonic()
-        self.giving: Line | None = None  # its give line, parked here (no recall under way)
-        self.sent = [0, 0]  # batches sent on each line
-        self.recalling: dict[int, Task] = {}  # tasks asked back, until its GIVE answers
-        self.recall_line = 0  # the line they were asked back from
-        self.awaiting = False  # idle, and tasks were asked back from others for it
-        self.give_open = False  # it was asked to open its give line (not closed since)
-
-    @property
-    def busy(self) -> bool:
-        return bool(self.held)
-
-    @property
-    def state(self) -> str:
-        """``starting``, ``idle``, ``busy`` or ``stopping``."""
-        if self.stopping or self.dismissed:
-            return STOPPING
-        if not self.connected:
-            return STARTING
-        return BUSY if self.held else IDLE
-
-    def free_line(self) -> int | None:
-        """The line to answer next: the first in the worker's waiting order that is
-        parked here, provided every line before it already holds a batch."""
-        for line in self.order:
-            if line in self.parked:
-                return line
-            if line not in self.held:
-                return None
-        return None
-
-    def running(self) -> list[Task]:
-        """The tasks of the batch the worker is running (the first line in its order,
-        if it holds one) that have no result yet, in the order it runs them."""
-        if not self.order:
-            return []
-        batch = self.held.get(self.order[0])
-        return list(batch.values()) if batch else []
-
-
-Outcome = tuple[Task, bool, Any]  # a task, whether it succeeded, its value or error
-
-
-def settle(outcomes: Iterable[Outcome]) -> None:
-    """Deliver outcomes whose errors are exception objects; call without the lock."""
-    for task, ok, value in outcomes:
-        try:
-            task.sink._set(task.start, task.count, ok, value)
-        except Exception:  # noqa: BLE001 - a user's callback must not stop the pool
-            logger.exception("a callback of pool task %s raised", task.describe())
 
 
 class Scheduler:
@@ -267,6 +157,36 @@ class Scheduler:
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
+
+    # -- what fiber.Pool asks (its whole interface to the table; docs/architecture.md) --
+    # Pool also calls check_running, submit_call, submit_chunks, feed_ended and close,
+    # and hands the table itself to the parts that drive it (channel, worker set,
+    # feeder, adapt driver, progress, stats.snapshot); it reads no attribute of it.
+    def size(self) -> int:
+        """The number of workers the pool aims to have."""
+        return self.target
+
+    def max_attempts(self) -> int:
+        """How many workers a task may lose before it fails."""
+        return self.attempts_limit
+
+    def pool_state(self) -> str:
+        """``RUN``, ``CLOSE`` or ``TERMINATE``."""
+        return self.state
+
+    def failure(self) -> Exception | None:
+        """Why workers cannot be started (the pool is broken), or None."""
+        return self.broken
+
+    def processes(self) -> list[Any]:
+        """The processes of the workers alive (those whose job was made)."""
+        return [w.process for w in self.workers.values() if w.process is not None]
+
+    def feed_started(self) -> None:
+        """An imap's feeder is about to read its input: counted in :meth:`unfinished`
+        until :meth:`feed_ended` (raises as :meth:`check_running` when not running)."""
+        self.check_running()
+        self.feeding += 1
 
     # -- submitting -----------------------------------------------------------------
     def check_running(self) -> None:
@@ -505,17 +425,15 @@ class Scheduler:
         alive = max(1, self.target, self.connected)
         first = queue.popleft()
         batch = [first]
-        seconds = self.task_seconds
         # big chunks, and tasks long enough that batching saves nothing, go alone (one
         # task per batch keeps a map's tail even: every worker holds at most one ahead)
-        if not first.alone and first.count < BATCH_ITEMS \
-                and (seconds is None or seconds < LONG_TASK):
-            size = min(MAX_BATCH, len(queue) // (2 * alive))
+        if not first.alone and not chunking.goes_alone(first.count, self.task_seconds):
+            size = chunking.batch_tasks(len(queue), alive)
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
             items = first.count
             while size > 0 and queue and not queue[0].alone \
-                    and items + queue[0].count <= BATCH_ITEMS:
+                    and items + queue[0].count <= chunking.BATCH_ITEMS:
                 task = queue.popleft()
                 if not task.done:
                     batch.append(task)

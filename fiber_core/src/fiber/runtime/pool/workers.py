@@ -62,7 +62,8 @@ from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
 from fiber.runtime import retry, run, submit, teardown
-from fiber.runtime.pool.scheduler import CLOSE, RUN, TERMINATE, Scheduler, Worker, settle
+from fiber.runtime.pool.scheduler import Scheduler
+from fiber.runtime.pool.tasks import CLOSE, RUN, TERMINATE, Worker, settle
 from fiber.wire import transport
 
 logger = logging.getLogger("fiber")
