@@ -79,7 +79,7 @@ MODES: dict[str, dict] = {
         # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
         "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
-        "sim_idle_seconds": 12.0, "sim_connect_timeout": 600, "sim_reps": 1,
+        "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
         "sim_timeout": 3600,
     },
     "full": {
@@ -102,7 +102,7 @@ MODES: dict[str, dict] = {
         # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
         "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
-        "sim_idle_seconds": 12.0, "sim_connect_timeout": 600, "sim_reps": 1,
+        "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
         "sim_timeout": 3600,
     },
 }

@@ -101,14 +101,28 @@ def master(n: int, tasks: int, idle_seconds: float, timeout: float,
     rss0 = _rss_kb()
     t0 = time.perf_counter()
     pool = fiber.Pool(n)
+    shown = t0
     try:
         while pool.stats().idle < n:
             if time.perf_counter() - t0 > timeout:
+                # a finding, not a crash: the row says how far the master got
                 s = pool.stats()
-                raise RuntimeError(f"only {s.idle} of {n} simulated workers connected "
-                                   f"in {timeout:g} s ({s})")
-            time.sleep(0.2)
+                out.update(connected=s.idle, lost=s.lost, connect_timeout_s=timeout,
+                           loadavg=list(os.getloadavg()))
+                if profile:
+                    _write_profile(profiles, profile)
+                sys.stderr.write(f"only {s.idle} of {n} simulated workers connected in "
+                                 f"{timeout:g} s ({s.lost} lost)\n")
+                return out
+            time.sleep(1.0)  # (stats() walks every worker under the pool's lock)
+            if time.perf_counter() - shown > 10:
+                shown = time.perf_counter()
+                s = pool.stats()
+                sys.stderr.write(f"{shown - t0:.0f} s: {s.idle} of {n} connected, "
+                                 f"{s.starting} starting, {s.lost} lost\n")
         out["connect_s"] = time.perf_counter() - t0
+        out["connected"] = n
+        out["lost"] = pool.stats().lost
         backend = fiber_sim.INSTANCE
         time.sleep(1.0)  # the last hellos' replies settle
         out["rss_kb_connected"] = _rss_kb()
@@ -219,6 +233,8 @@ def measure(cfg: dict) -> dict[str, float]:
         for key, value in got.items():
             if isinstance(value, (int, float)):
                 out[f"{key}/{n}"] = value
+        if got.get("loadavg"):
+            out[f"load1/{n}"] = got["loadavg"][0]  # the machine's load as the size ended
     return out
 
 
@@ -227,18 +243,30 @@ def _fmt(v: float | None, digits: str = ".3g") -> str:
 
 
 def judged(m: dict[str, float], sizes: list[int]) -> list[tuple[str, str, bool | None]]:
-    """The three targets: (target, measured, met)."""
+    """The three targets: (target, measured, met). A largest size whose workers did not
+    all connect has missed them all; the largest size that ran its map is quoted."""
     big, small = max(sizes), min(sizes)
-    rate, kb = m.get(f"tasks_per_s/{big}"), m.get(f"kb_per_worker/{big}")
-    c_big, c_small = m.get(f"cpu_us_per_task/{big}"), m.get(f"cpu_us_per_task/{small}")
+    ran = [n for n in sizes if f"tasks_per_s/{n}" in m]
+    at = max(ran) if ran else big
+    short = ""
+    if at != big:
+        short = (f"the master did not bring up {big:,} workers ({_fmt(m.get(f'connected/{big}'), ',.0f')} "
+                 f"connected, {_fmt(m.get(f'lost/{big}'), ',.0f')} lost); at {at:,}: ")
+    rate, kb = m.get(f"tasks_per_s/{at}"), m.get(f"kb_per_worker/{at}")
+    c_big, c_small = m.get(f"cpu_us_per_task/{at}"), m.get(f"cpu_us_per_task/{small}")
     growth = c_big / c_small if c_big and c_small else None
+
+    def met(ok: bool | None) -> bool | None:
+        return False if short else ok
+
     return [
         (f">= {TARGET_RATE:,.0f} tasks/s at {big:,} workers",
-         f"{_fmt(rate, ',.0f')} tasks/s", None if rate is None else rate >= TARGET_RATE),
+         f"{short}{_fmt(rate, ',.0f')} tasks/s", met(None if rate is None else rate >= TARGET_RATE)),
         (f"<= {TARGET_KB:g} KB per connected worker at {big:,}",
-         f"{_fmt(kb, '.1f')} KB", None if kb is None else kb <= TARGET_KB),
+         f"{short}{_fmt(kb, '.1f')} KB", met(None if kb is None else kb <= TARGET_KB)),
         (f"per-task CPU growth {small:,} -> {big:,} < {TARGET_CPU_GROWTH:g}x",
-         f"{_fmt(growth, '.2f')}x", None if growth is None else growth < TARGET_CPU_GROWTH)]
+         f"{short}{_fmt(growth, '.2f')}x from {small:,}",
+         met(None if growth is None else growth < TARGET_CPU_GROWTH))]
 
 
 def section(data: dict) -> list[str]:
@@ -265,12 +293,17 @@ def section(data: dict) -> list[str]:
            "the master process's getrusage over the map; KB per worker: the master's RSS "
            "growth from before the pool to all N connected, over N; idle CPU: the master "
            f"over {cfg['sim_idle_seconds']:g} s with every worker connected and no task "
-           "(heartbeats, the job monitor's polls). Targets (issue #29) judged below.", ""]
+           "(heartbeats, the job monitor's polls). Targets (issue #29) judged below; "
+           "where the master's time goes, from its profile: bench/results/sim/ANALYSIS.md. "
+           "A size whose workers did not all connect has no map: its row says how many did "
+           f"in {cfg['sim_connect_timeout']:g} s and how many the master lost.", ""]
     for _name, m in sorted(data["summary"]["medians"]["sim"].items()):
-        header = ["workers", "conns/worker", "connect, s", "tasks/s", "master CPU us/task",
+        header = ["workers", "conns/worker", "connected (lost)", "connect, s", "tasks/s",
+                  "master CPU us/task",
                   "master CPU % (map)", "simulators CPU % (map)", "results/message",
                   "KB/worker", "idle master CPU %", "heartbeats/s", "polls/s"]
         rows = [[f"{n:,}", _fmt(m.get(f"conns_per_worker/{n}"), "g"),
+                 f"{_fmt(m.get(f'connected/{n}'), ',.0f')} ({_fmt(m.get(f'lost/{n}'), 'g')})",
                  _fmt(m.get(f"connect_s/{n}")), _fmt(m.get(f"tasks_per_s/{n}"), ",.0f"),
                  _fmt(m.get(f"cpu_us_per_task/{n}")), _fmt(m.get(f"master_cpu_pct_map/{n}")),
                  _fmt(m.get(f"sim_cpu_pct_map/{n}")), _fmt(m.get(f"results_per_msg/{n}")),
@@ -298,7 +331,8 @@ def plot(data: dict, out_dir: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = [n for n in data["meta"]["config"]["sim_sizes"] if f"tasks_per_s/{n}" in med]
+    cfg = data["meta"]["config"]
+    sizes = [n for n in cfg["sim_sizes"] if f"tasks_per_s/{n}" in med]
     panels = [("tasks_per_s", "tasks/s (1 ms tasks)", TARGET_RATE),
               ("cpu_us_per_task", "master CPU us per task", None),
               ("kb_per_worker", "master KB per connected worker", TARGET_KB),
@@ -314,6 +348,11 @@ def plot(data: dict, out_dir: Path) -> Path | None:
         ax.set_ylabel(label)
         ax.set_ylim(bottom=0)
     axes[0].legend(fontsize=7)
+    short = [f"{n:,}: {med[f'connected/{n}']:,.0f} connected in {cfg['sim_connect_timeout']:g} s, "
+             f"{med.get(f'lost/{n}', 0):,.0f} lost, no map"
+             for n in cfg["sim_sizes"] if f"tasks_per_s/{n}" not in med and f"connected/{n}" in med]
+    if short:
+        fig.suptitle("; ".join(short), fontsize=9)
     fig.tight_layout()
     path = out_dir / "sim.png"
     fig.savefig(path, dpi=110)

@@ -30,6 +30,7 @@ results a message carried.
 from __future__ import annotations
 
 import collections
+import errno
 import heapq
 import json
 import os
@@ -106,12 +107,28 @@ class Conn:
             self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             target = (host, port)
+        self.sock.setblocking(False)
+        self._target = target
+        self.connect()
+
+    def connect(self) -> None:
+        """Non-blocking: a full accept backlog (EAGAIN on a Unix socket) is tried
+        again later, never waited for (the loop keeps every other connection going)."""
+        assert self.sock is not None
+        if self.closed:
+            return
         try:
-            self.sock.connect(target)  # blocking: a local connect is immediate
+            self.sock.connect(self._target)
+        except (BlockingIOError, InterruptedError) as exc:
+            if isinstance(exc, BlockingIOError) and exc.errno == errno.EINPROGRESS:
+                pass  # TCP: completes in the background, writes wait for it
+            else:
+                COUNTS["connect_retries"] += 1
+                self.loop.retry(self)
+                return
         except OSError:
             self.lose()
             return
-        self.sock.setblocking(False)
         self.loop.sel.register(self.sock, selectors.EVENT_READ, self)
         self.send(0, AUTH1 + self._nonce)
 
@@ -486,6 +503,7 @@ class Loop:
         self.quit = False
         self.started = time.perf_counter()
         self.handshaking = 0
+        self.retries: collections.deque[tuple[float, Conn]] = collections.deque()
         self.waiting: collections.deque[Conn] = collections.deque()
 
     def admit(self, conn: Conn) -> None:
@@ -505,6 +523,10 @@ class Loop:
             if not conn.closed:
                 self.handshaking += 1
                 conn.start()
+
+    def retry(self, conn: Conn) -> None:
+        """Connect ``conn`` again in 20 ms (the listener's backlog was full)."""
+        self.retries.append((_now() + 0.02, conn))
 
     def at(self, when: float, worker: Worker) -> None:
         self._seq += 1
@@ -542,6 +564,8 @@ class Loop:
             timeout = None
             if timers:
                 timeout = max(0.0, timers[0][0] - _now())
+            if self.retries:
+                timeout = max(0.0, min(timeout or 1.0, self.retries[0][0] - _now()))
             for key, _ in self.sel.select(timeout):
                 conn = key.data
                 if conn is None:
@@ -557,6 +581,8 @@ class Loop:
                     conn.flush()
                 conn.readable()
             now = _now()
+            while self.retries and self.retries[0][0] <= now:
+                self.retries.popleft()[1].connect()
             while timers and timers[0][0] <= now:
                 _, _, worker = heapq.heappop(timers)
                 if not worker.done and worker.running is not None:

@@ -49,7 +49,7 @@ def test_only_the_sim_rows(tmp_path):
     assert data["summary"]["medians"]["sim"]["fiber"]["tasks_per_s/50"] > 0
     md = (tmp_path / "RESULTS.md").read_text()
     section = md[md.index("## 14. The master at thousands of workers"):]
-    assert "| 50 | 2 |" in section
+    assert "| 50 | 2 | 50 (0) |" in section
     assert ">= 20,000 tasks/s at 50 workers" in section
 
 
