@@ -35,6 +35,8 @@ logger = logging.getLogger("fiber.bench")
 REPO = Path(__file__).resolve().parents[2]
 
 
+_RUNNING = JobStatus(JobState.RUNNING)  # (the monitor asks about every job every second)
+
 #: the last instance made (the bench's master reads its counters)
 INSTANCE: SimBackend | None = None
 
@@ -129,7 +131,7 @@ class SimBackend(Backend):
         self._final.setdefault(job_id, JobStatus.from_exit(code))
 
     def status(self, job: Job) -> JobStatus:
-        return self._final.get(job.id) or JobStatus(JobState.RUNNING)
+        return self._final.get(job.id) or _RUNNING
 
     def poll(self, jobs: Any) -> dict[str, JobStatus]:
         self.polls += 1
