@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bench import adapt, chunks, faults
+from bench import adapt, chunks, faults, sim
 
 logger = logging.getLogger("fiber.bench")
 
@@ -225,7 +225,7 @@ def markdown(data: dict) -> str:
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
               *_backends(data), "", *_startup(data), "", *_shared(data), "",
               *faults.markdown(data), *_floor_section(data), *chunks.section(data), "",
-              *adapt.section(data)]
+              *adapt.section(data), *sim.section(data)]
     return "\n".join(lines)
 
 
@@ -825,4 +825,7 @@ def plots(data: dict, out_dir: Path) -> list[Path]:
             ax.set_xlabel("workers N")
         axes[0].legend(fontsize=7)
         save(fig, "scale.png")
+    drawn = sim.plot(data, out_dir)
+    if drawn is not None:
+        written.append(drawn)
     return written

@@ -43,6 +43,9 @@ MODES: dict[str, dict] = {
         "chunks_items": 2000, "chunks_sizes": [1, 100], "chunks_reps": 1,
         "adapt_workers": 2, "adapt_bursts": 2, "adapt_tasks": 10, "adapt_task_seconds": 0.01,
         "adapt_period": 2.0, "adapt_idle_timeout": 0.3, "adapt_reps": 1,
+        "sim_sizes": [50], "sim_procs": 2, "sim_task_ms": 1.0, "sim_conns": 2,
+        "sim_tasks_per_worker": 20, "sim_tasks_min": 2000, "sim_idle_seconds": 1.0,
+        "sim_connect_timeout": 60, "sim_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -73,6 +76,11 @@ MODES: dict[str, dict] = {
         # only): 4 bursts of 100 x 20 ms on 5 workers, one every 10 s
         "adapt_workers": 5, "adapt_bursts": 4, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
         "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 1,
+        # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
+        "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
+        "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
+        "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
+        "sim_timeout": 3600,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -91,6 +99,11 @@ MODES: dict[str, dict] = {
         "chunks_items": 1_000_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 3,
         "adapt_workers": 5, "adapt_bursts": 6, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
         "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 3,
+        # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
+        "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
+        "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
+        "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
+        "sim_timeout": 3600,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -102,8 +115,11 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "chunks": fiber, mp-fork and mp-spawn (bench/chunks.py)
 # "adapt": fiber (local) only, and only when asked for (--kinds adapt: its trace is
 # mostly idle time, 40 s a repetition in --quick); bench/adapt.py
-KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt")
-OPT_IN = ("faults", "adapt")  # kinds run only when named
+# "sim": fiber (local) only, and only when asked for (--kinds sim: minutes of a
+# master carrying up to 10,000 simulated workers); bench/sim.py
+KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt",
+         "sim")
+OPT_IN = ("faults", "adapt", "sim")  # kinds run only when named
 
 
 def _env() -> dict[str, str]:
@@ -160,7 +176,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
                                   "shared": [], "faults": [], "floor": [], "chunks": [],
-                                  "adapt": []}
+                                  "adapt": [], "sim": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -184,8 +200,9 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
                 jobs["shared"].append(c.name)
                 jobs["floor"].append(c.name)
                 jobs["adapt"].append(c.name)
+                jobs["sim"].append(c.name)
     jobs["ipc"].append("memcpy")
-    if kinds is None:  # faults and adapt only when asked for
+    if kinds is None:  # faults, adapt and sim only when asked for
         jobs = {k: v for k, v in jobs.items() if k not in OPT_IN}
     else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
@@ -232,6 +249,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "chunks" and rep >= cfg["chunks_reps"]:
                     continue
                 if kind == "adapt" and rep >= cfg["adapt_reps"]:
+                    continue
+                if kind == "sim" and rep >= cfg["sim_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

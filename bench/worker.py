@@ -213,9 +213,16 @@ def run_adapt(name: str, cfg: dict, result: dict) -> None:
     _record(result, "adapt", lambda: adapt.measure(cfg))
 
 
+def run_sim(name: str, cfg: dict, result: dict) -> None:
+    """One real master driving thousands of simulated workers (bench/sim.py)."""
+    from bench import sim
+
+    _record(result, "sim", lambda: sim.measure(cfg))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
          "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks,
-         "adapt": run_adapt}
+         "adapt": run_adapt, "sim": run_sim}
 
 
 def main(argv: list[str]) -> int:
