@@ -258,6 +258,12 @@ TERMINAL_PROGRAM = textwrap.dedent("""
 ANSI = __import__("re").compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
+def _default_sigint() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Terminal:
     """``fiber top`` on a pseudo-terminal (its stdin, stdout and stderr), as a user
     runs it; everything it writes is collected by a thread."""
@@ -270,9 +276,13 @@ class Terminal:
         self.master, self.slave = pty.openpty()
         self.before = termios.tcgetattr(self.slave)
         env = dict(env, COLUMNS="120", LINES="50", TERM="xterm-256color")
+        # SIGINT as a terminal's shell leaves it to a command it runs: a test run in the
+        # background of a script without job control inherits it ignored (CI's lanes),
+        # and Python then installs no KeyboardInterrupt for it
         self.proc = subprocess.Popen([sys.executable, "-m", "fiber", "top", *args],
                                      stdin=self.slave, stdout=self.slave,
-                                     stderr=self.slave, env=env)
+                                     stderr=self.slave, env=env,
+                                     preexec_fn=_default_sigint)
         self.out = b""
         self.lock = threading.Lock()
         self.reader = threading.Thread(target=self._read, daemon=True)

@@ -306,6 +306,10 @@ class WorkerSet:
                 with self._changed:
                     failed = [outcome for w in job for outcome in s.lose(w)]
                 settle(failed)
+            else:
+                with self._changed:  # it never runs: no longer counted as starting
+                    for w in job:
+                        s.start_failed(w)
             return
         ref = weakref.ref(self)
 
@@ -447,6 +451,12 @@ class WorkerSet:
         # as multiprocessing's terminate() joins its workers: a worker whose start was
         # under way is ended by _start before this returns
         self._starter.shutdown(wait=True, cancel_futures=True)
+        with self._changed:
+            # the workers whose start was cancelled before it began never run either
+            s = self._scheduler
+            for w in [w for w in s.workers.values() if w.process is None and w.alive
+                      and not w.connected]:
+                s.start_failed(w)
 
     def join(self) -> None:
         """Wait for the workers to exit (after close() or terminate())."""
