@@ -180,6 +180,9 @@ def test_resize_turns_adapting_off():
         assert pool.stats().idle == 2 and pool.processes == 2
 
 
+LOCAL = object()  # stands for fiber.get_context("local") in the table below
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"minimum": -1, "maximum": 2}, ValueError, "minimum must be at least 0, not -1"),
     ({"minimum": 1.5, "maximum": 2}, TypeError, "minimum must be an int, not float"),
@@ -189,8 +192,24 @@ def test_resize_turns_adapting_off():
     ({"maximum": 2, "idle_timeout": -1}, ValueError, "idle_timeout must be a finite number"),
     ({"maximum": 2, "idle_timeout": "1"}, TypeError, "idle_timeout must be a number, not str"),
     ({"maximum": 2, "growth": 0}, ValueError, "growth must be a finite number above 0"),
+    # placements (LOCAL: the local context, put in by the test)
+    ({"placements": [("local", 2)]}, TypeError,
+     r"placements must be a list of \(context, maximum\) pairs"),
+    ({"placements": "local"}, TypeError, r"placements must be a list of \(context, maximum\)"),
+    ({"placements": [(LOCAL, -1)]}, ValueError,
+     "a placement's maximum must be at least 1, not -1"),
+    ({"placements": [(LOCAL, 2.0)]}, TypeError, "a placement's maximum must be an int, not float"),
+    ({"placements": []}, ValueError, r"placements must name at least one \(context, maximum\)"),
+    ({"placements": [(LOCAL, 2), (LOCAL, 3)]}, ValueError,
+     r"placements 0 and 1 are the same backend \(local\): name each context once"),
+    ({"maximum": 6, "placements": [(LOCAL, 2)]}, ValueError,
+     r"maximum \(6\) is above the placements' maxima together \(2\)"),
 ])
 def test_bad_arguments_raise_at_the_call(kwargs, error, message):
+    if "placements" in kwargs and isinstance(kwargs["placements"], list):
+        local = fiber.get_context("local")
+        kwargs = {**kwargs, "placements": [(local if c is LOCAL else c, n)
+                                           for c, n in kwargs["placements"]]}
     with fiber.Pool(1, max_processes=8) as pool:
         with pytest.raises(error, match=message):
             pool.adapt(**kwargs)

@@ -3,6 +3,7 @@ call or None when multiprocessing has no such argument, fiber's time bound in se
 ``mp`` is ``fiber`` or ``multiprocessing``, ``f`` a function of one argument."""
 
 POOL = "pool = mp.Pool(1)"
+PLACED = "pool = mp.Pool(1); local = mp.get_context('local')"  # adapt's placements
 CASES = [
     ("Pool(2.5)", "mp.Pool", "mp.Pool(2.5)", "mp.Pool(2.5)", 1),
     ("Pool('2')", "", "mp.Pool('2')", "mp.Pool('2')", 1),
@@ -20,6 +21,13 @@ CASES = [
     ("pool.adapt(minimum=1.5, maximum=2)", POOL, "pool.adapt(minimum=1.5, maximum=2)", None, 1),
     ("pool.adapt(maximum=2, idle_timeout=-1)", POOL,
      "pool.adapt(maximum=2, idle_timeout=-1)", None, 1),
+    ("pool.adapt(placements=[('local', 2)])", PLACED,
+     "pool.adapt(placements=[('local', 2)])", None, 1),
+    ("pool.adapt(placements=[(local, -1)])", PLACED, "pool.adapt(placements=[(local, -1)])",
+     None, 1),
+    ("pool.adapt(placements=[])", PLACED, "pool.adapt(placements=[])", None, 1),
+    ("pool.adapt(placements=[(local, 2), (local, 3)])", PLACED,
+     "pool.adapt(placements=[(local, 2), (local, 3)])", None, 1),
     ("pool.map(f, [1, 2], chunksize=1.5)", POOL, "pool.map(f, [1, 2], chunksize=1.5)",
      "pool.map(f, [1, 2], chunksize=1.5)", 1),
     ("pool.map(f, [1, 2], chunksize=0)", POOL, "pool.map(f, [1, 2], chunksize=0)",
