@@ -135,3 +135,35 @@ def test_every_placement_failing_breaks_the_pool_with_a_clear_error():
     finally:
         pool.terminate()
         pool.join()
+
+
+def test_a_transient_error_of_a_placement_is_logged_once(run_script):
+    """The faulty backend (tests/fault_plugin: the local backend with faults injected in
+    front of it) answers the first job creation with a TransientBackendError (an API
+    server's 503). The placement does not wait out the error (the other carries on), so
+    the retry's own warning ("retrying for up to 180 s") would be false and a second
+    line for one event: exactly one WARNING line, the placement's, which names the
+    error; every task runs. In a child process: the plugin is found on its PYTHONPATH."""
+    from test_faults import faulty_env
+
+    result = run_script(
+        """
+        import fiber
+
+        if __name__ == "__main__":
+            fiber.log_to_stderr()
+            faulty, local = fiber.get_context("faulty"), fiber.get_context("local")
+            pool = fiber.Pool(1, context=local)
+            try:
+                pool.adapt(0, placements=[(faulty, 2), (local, 2)], idle_timeout=5.0)
+                print("result", pool.map(abs, range(-20, 20), chunksize=1)
+                      == [abs(x) for x in range(-20, 20)])
+            finally:
+                pool.terminate()
+                pool.join()
+        """, env=faulty_env(FAULTY_CREATE_TRANSIENT="1"))
+    assert result.returncode == 0, result.stderr
+    assert "result True" in result.stdout, result.stdout + result.stderr
+    warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, result.stderr
+    assert "placement 0 (faulty) skipped" in warnings[0] and "503" in warnings[0], warnings

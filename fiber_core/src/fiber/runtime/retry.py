@@ -17,7 +17,10 @@ backend fail: its start is logged once as a warning naming the action and the er
 whatever the number of threads retrying, and its end once at info level. A caller may
 give up early: a pool's worker set stops retrying the start of a worker nobody needs
 any more (the pool was terminated) by installing a pause function with
-:func:`pausing`.
+:func:`pausing`. A caller that does not retry at all, because it reports the failure
+itself (an adaptive pool's placement is skipped for a while, with a log line of its
+own), calls within :func:`not_retrying`: the first transient error is raised at once,
+and no episode is logged for it.
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ def _sleep(seconds: float) -> bool:
 
 _pause: contextvars.ContextVar[Pause] = contextvars.ContextVar("fiber_retry_pause",
                                                                 default=_sleep)
+_once: contextvars.ContextVar[bool] = contextvars.ContextVar("fiber_retry_once",
+                                                             default=False)
 
 
 @contextlib.contextmanager
@@ -65,6 +70,17 @@ def pausing(pause: Pause) -> Iterator[None]:
         yield
     finally:
         _pause.reset(token)
+
+
+@contextlib.contextmanager
+def not_retrying() -> Iterator[None]:
+    """Within this block (on this thread), :func:`call` raises a transient error at
+    once, without logging an episode: the caller says what happened."""
+    token = _once.set(True)
+    try:
+        yield
+    finally:
+        _once.reset(token)
 
 
 class _Episode:
@@ -122,7 +138,7 @@ def call(backend: str, action: str, fn: Callable[[], T], budget: float) -> T:
                     raise  # a refusal, or a setting no retry can mend
                 now = time.monotonic()
                 if deadline is None:
-                    if budget <= 0:
+                    if budget <= 0 or _once.get():
                         raise
                     deadline = now + budget
                     _begin(key, exc, budget)

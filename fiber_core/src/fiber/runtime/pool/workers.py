@@ -264,9 +264,14 @@ class WorkerSet:
         placed = self.on_failure is not None
         try:
             # a placement does not wait out its backend's transient errors: it is
-            # skipped for a while (the driver's backoff), the others carry on
-            with retry.pausing(self._give_up if placed else self._retry_pause):
-                process.start()
+            # skipped for a while (the driver's backoff, which logs it: one line for
+            # the event, not the retry's too), the others carry on
+            if placed:
+                with retry.not_retrying():
+                    process.start()
+            else:
+                with retry.pausing(self._retry_pause):
+                    process.start()
         except Exception as exc:  # noqa: BLE001 - the pool reports it through results
             with self._changed:
                 unwanted = self._unwanted()
@@ -336,11 +341,6 @@ class WorkerSet:
         s = self._scheduler
         return (s.state == TERMINATE or not self.finalizer.still_active()
                 or (s.state == CLOSE and not s.unfinished()))
-
-    @staticmethod
-    def _give_up(seconds: float) -> bool:
-        """The pause of a placement's start: no retry (True: give up)."""
-        return True
 
     def _retry_pause(self, seconds: float) -> bool:
         """Wait between two tries of a worker's start; True: give up (not wanted)."""
