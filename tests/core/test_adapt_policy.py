@@ -16,6 +16,7 @@ from fiber.runtime.pool.adapt_policy import (
     Snapshot,
     WorkerView,
     decide,
+    replacement,
 )
 
 
@@ -167,3 +168,14 @@ def test_converges_to_the_minimum_when_idle_long_enough(s, tick):
                    for w in workers]
         now += tick
     assert len(workers) == s.settings.minimum
+
+
+def test_a_replacement_goes_to_the_first_placement_with_room_not_skipped():
+    """(maxtasksperchild's replacement, started without a decision.)"""
+    cfg = Settings(0, 6, 5.0, 2.0, placements=(1, 2, 3))
+    assert replacement(cfg, [0, 2, 3, 0], (), 10.0) == 0  # the first has room again
+    assert replacement(cfg, [1, 1, 3, 0], (), 10.0) == 1  # the one it replaces
+    assert replacement(cfg, [1, 2, 2, 0], (), 10.0) == 2
+    assert replacement(cfg, [0, 1, 3, 0], (20.0,), 10.0) == 1  # the first is skipped
+    assert replacement(cfg, [0, 2, 3, 0], (20.0, 0.0), 10.0) == 0  # only it has room
+    assert replacement(cfg, [1, 2, 3, 0], (), 10.0) == 0  # none has room

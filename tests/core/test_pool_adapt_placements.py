@@ -167,3 +167,25 @@ def test_a_transient_error_of_a_placement_is_logged_once(run_script):
     warnings = [line for line in result.stderr.splitlines() if "WARNING" in line]
     assert len(warnings) == 1, result.stderr
     assert "placement 0 (faulty) skipped" in warnings[0] and "503" in warnings[0], warnings
+
+
+def test_a_worker_replaced_after_maxtasksperchild_goes_where_the_policy_wants():
+    """maxtasksperchild=3 with placements local up to 1, then a second local context up
+    to 2: the workers of both reach their maximum of tasks and are replaced during a
+    long map. A replacement goes where the policy would start a worker (the first
+    placement with room), so the first placement never holds more than its 1 (each
+    second-placement worker was replaced in the first before: 2, 3 ... there)."""
+    first = fiber.get_context("local")
+    second = fiber.get_context("local", heartbeat_interval=4.0)
+    with fiber.Pool(1, maxtasksperchild=3) as pool:
+        pool.adapt(0, placements=[(first, 1), (second, 2)], idle_timeout=5.0)
+        result = pool.map_async(pid_after, [0.05] * 90, chunksize=1)
+        seen = []
+        while not result.ready():
+            seen.append(by_placement(pool))
+            time.sleep(0.02)
+        pids = result.get()
+        assert len(set(pids)) >= 90 // 3, len(set(pids))  # replaced all along
+        assert max(c[0] for c in seen) <= 1, [c for c in seen if c[0] > 1][:5]
+        assert max(c[1] for c in seen) <= 2, [c for c in seen if c[1] > 2][:5]
+        assert any(c[1] >= 1 for c in seen), seen

@@ -13,9 +13,11 @@ a batch before it is let go):
   has not connected.
 
 The target then is the workers the pool keeps plus those it starts, so the supervisor
-never starts one on its own. A worker lost while adapting lowers the target
-(:attr:`Scheduler.adaptive`, in ``Scheduler.lose``): it is replaced only if the next
-decision still wants it.
+never starts one on its own, except the replacement of a worker let go after
+``maxtasksperchild``, which goes where the policy would start one
+(:func:`adapt_policy.replacement`, through ``WorkerSet.place_next``). A worker lost
+while adapting lowers the target (:attr:`Scheduler.adaptive`, in ``Scheduler.lose``):
+it is replaced only if the next decision still wants it.
 
 Placements (``adapt(placements=...)``): each worker counts in its placement
 (:attr:`WorkerSet.placement_of`); the decision's ``placed`` becomes the worker set's
@@ -123,6 +125,7 @@ class Adapter:
         # the pool's error once every placement failed GIVE_UP_FAILURES times in a row
         self.failed: ProcessStartError | None = None
         worker_set.on_failure = self._failed if settings.placements else None
+        worker_set.place_next = self._place_next if settings.placements else None
         self._idle_since: dict[int, float] = {}
         self.decisions: collections.deque[tuple[float, str]] = collections.deque(
             maxlen=DECISIONS_KEPT)
@@ -136,6 +139,7 @@ class Adapter:
         self.active = False
         self._scheduler.adaptive = False
         self._workers.on_failure = None
+        self._workers.place_next = None
         self._changed.notify_all()
 
     def update(self, settings: Settings) -> None:
@@ -148,6 +152,7 @@ class Adapter:
             self._why = [""] * n
         self.settings = settings
         self._workers.on_failure = self._failed if settings.placements else None
+        self._workers.place_next = self._place_next if settings.placements else None
         self._changed.notify_all()
 
     def stats(self) -> AdaptStats:
@@ -166,6 +171,13 @@ class Adapter:
                     round(max(0.0, self._retry_at[i] - now), 1)))
         return AdaptStats(cfg.minimum, cfg.maximum, cfg.idle_timeout, cfg.growth,
                           self.wanted, tuple(self.decisions), tuple(places))
+
+    def _place_next(self, held: list[int]) -> int:
+        """The placement of a worker the supervisor starts without a decision (the
+        replacement of one that reached maxtasksperchild; the lock is held): where a
+        decision would start it (:func:`adapt_policy.replacement`)."""
+        return adapt_policy.replacement(self.settings, held, tuple(self._retry_at),
+                                        time.monotonic())
 
     def _failed(self, placement: int, why: str) -> None:
         """A start in ``placement`` failed (the lock is held): skip it a while."""

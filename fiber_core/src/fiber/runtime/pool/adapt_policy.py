@@ -33,6 +33,11 @@ last placement's go first (then as above), and a placement above its own maximum
 back its idle workers at once. A worker of no placement (``placement`` past the last:
 started before ``adapt`` named placements) is given back first, at once when idle.
 
+A worker the pool starts without a decision (the replacement of one that reached
+``maxtasksperchild``) goes where :func:`replacement` says: where a decision would start
+one, the first placement with room that is not skipped (so the same placement as the
+worker it replaces, unless an earlier one has room).
+
 ``task_seconds`` is in the snapshot (and the stats) but no rule uses it yet: a rule
 that skips starting a worker for a queue that drains before the worker would be up
 needs the backend's start time, which the pool does not measure yet.
@@ -44,7 +49,7 @@ import math
 from dataclasses import dataclass
 
 __all__ = ["BACKOFF_FIRST", "BACKOFF_LONGEST", "BUSY", "IDLE", "PENDING", "STARTING", "STARTING_FLOOR", "Decision", "Settings",
-           "Snapshot", "WorkerView", "backoff", "decide"]
+           "Snapshot", "WorkerView", "backoff", "decide", "replacement"]
 
 PENDING, STARTING, BUSY, IDLE = "pending", "starting", "busy", "idle"
 #: workers that may be coming at once however few are up (growth multiplies the rest)
@@ -199,6 +204,20 @@ def decide(snap: Snapshot) -> Decision:
     if not parts:
         return Decision(0, (), (), wanted, f"hold until idle {cfg.idle_timeout:g} s: {state}")
     return Decision(0, tuple(retire), cancel, wanted, f"{', '.join(parts)}: {state}")
+
+
+def replacement(settings: Settings, held: list[int], retry_at: tuple[float, ...],
+                now: float) -> int:
+    """The placement of a worker started without a decision, given ``held``, the
+    workers each placement holds (not counting it): the first with room that is not
+    skipped; with none, the first with room; with none, the first placement."""
+    caps = settings.caps()
+    snap = Snapshot(now, 0, 0, (), settings, None, retry_at)
+    placed, _ = _place(snap, caps, held, 1)
+    for i, n in enumerate(placed):
+        if n:
+            return i
+    return next((i for i, cap in enumerate(caps) if held[i] < cap), 0)
 
 
 def _place(snap: Snapshot, caps: tuple[int, ...], held: list[int],

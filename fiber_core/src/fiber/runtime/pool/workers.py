@@ -158,6 +158,10 @@ class WorkerSet:
         # the adaptive driver's: (placement, why) when a start there failed (the lock
         # is held); None: a failed start counts towards breaking the pool
         self.on_failure: Callable[[int, str], None] | None = None
+        # the adaptive driver's: the placement of a worker started without its decision
+        # (a replacement after maxtasksperchild), given the workers each placement
+        # holds (the lock is held); None: the first placement
+        self.place_next: Callable[[list[int]], int] | None = None
         # as multiprocessing's pools: ended at exit before the process ends its children
         self.finalizer = util.Finalize(owner, end_pool,
                                        (scheduler, changed, self.processes, hub, cid,
@@ -234,9 +238,23 @@ class WorkerSet:
         new = s.new_workers(need)
         now = time.monotonic()
         for w in new:
-            self.placement_of[w.id] = self.to_place.pop(0) if self.to_place else 0
+            if self.to_place:
+                self.placement_of[w.id] = self.to_place.pop(0)
+            elif self.place_next is not None:
+                self.placement_of[w.id] = self.place_next(self._held())
+            else:
+                self.placement_of[w.id] = 0
             self.start_began[w.id] = now
         return new
+
+    def _held(self) -> list[int]:
+        """The workers each placement holds (alive, not let go; the last: of none)."""
+        held = [0] * (len(self.placements) + 1)
+        for w in self._scheduler.workers.values():
+            index = self.placement_of.get(w.id)
+            if index is not None and w.alive and not w.stopping:
+                held[min(index, len(self.placements))] += 1
+        return held
 
     def set_placements(self, placements: list[Placement]) -> None:
         """Start workers in ``placements`` from now on (the lock is held). A worker
