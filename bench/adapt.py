@@ -17,11 +17,18 @@ last result of the last burst; **burst latency**, the median over bursts of the
 seconds from a burst's submission to its last result (what the adaptive pool pays
 for starting its workers again). Issue #28's targets: the adaptive pool holds at most
 40% of the fixed pool's worker-seconds at no more than 1.2x its makespan.
+
+On a cluster backend (``python -m bench run --kinds adapt --backend slurm``: the run
+starts and stops the backend's test engine, and the contender is ``fiber[slurm]``) the
+trace is :data:`CLUSTER`'s instead of the mode's: a worker there is a job that takes
+about a second to start (Slurm's test cluster), so the bursts are of longer tasks,
+further apart, and a worker is given back after 2 s idle rather than 1.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import threading
 import time
@@ -35,6 +42,29 @@ TARGET_MAKESPAN = 1.2  # adaptive / fixed, at most
 #: the last run of this kind alone (``--kinds adapt --out bench/results/adapt``): the
 #: section of a run that did not measure it shows that one, with its command and date
 STORED = Path(__file__).resolve().parent / "results" / "adapt" / "latest.json"
+#: the trace on a cluster backend (any but local), over the mode's: 4 bursts of 40 tasks
+#: of 0.25 s on 4 workers (each burst 2.5 s of work for the fixed pool), one every 30 s
+CLUSTER = {"adapt_workers": 4, "adapt_bursts": 4, "adapt_tasks": 40,
+           "adapt_task_seconds": 0.25, "adapt_period": 30.0, "adapt_idle_timeout": 2.0}
+
+
+#: the rows measured by the engines' tests (the time from a burst's first task to the
+#: first cluster worker running one, per backend): kept by hand, shown after the trace
+FIRST_TASK = STORED.parent / "first-task.md"
+
+
+def stored_paths() -> list[Path]:
+    """The last run of this kind alone per backend: :data:`STORED` (local) and
+    ``results/adapt-<backend>/latest.json`` (``--backend NAME --out
+    bench/results/adapt-NAME``)."""
+    return [STORED, *sorted(STORED.parent.parent.glob("adapt-*/latest.json"))]
+
+
+def trace(cfg: dict, backend: str | None = None) -> dict:
+    """``cfg`` with the trace of ``backend`` (default: this process's FIBER_BACKEND):
+    the mode's on local, :data:`CLUSTER` on any other."""
+    backend = backend or os.environ.get("FIBER_BACKEND", "local")
+    return cfg if backend == "local" else {**cfg, **CLUSTER}
 
 
 def nap(seconds: float) -> float:
@@ -77,6 +107,7 @@ def run_trace(adaptive: bool, cfg: dict) -> dict[str, float]:
     """One run of the trace; metrics of :func:`measure` for one variant."""
     import fiber
 
+    cfg = trace(cfg)
     workers, bursts, tasks = cfg["adapt_workers"], cfg["adapt_bursts"], cfg["adapt_tasks"]
     seconds, period = cfg["adapt_task_seconds"], cfg["adapt_period"]
     t0 = time.perf_counter()
@@ -121,31 +152,56 @@ def _fmt(v: float | None, digits: str = ".3g") -> str:
 
 
 def section(data: dict) -> list[str]:
-    """Section 13 of RESULTS.md: this run's rows, else those of :data:`STORED`."""
+    """Section 13 of RESULTS.md: this run's rows, then those of each stored run of this
+    kind alone (:func:`stored_paths`) whose backend this run did not measure."""
     title = ["## 13. Adaptive pool (bursty trace)", ""]
-    source: list[str] = []
-    if not data["summary"]["medians"].get("adapt"):
-        stored = json.loads(STORED.read_text()) if STORED.exists() else None
+    sources: list[tuple[dict, bool]] = []
+    measured: set[str] = set()
+    if data["summary"]["medians"].get("adapt"):
+        sources.append((data, False))
+        measured.add(data["meta"].get("fiber_backend", "local"))
+    for path in stored_paths():
+        stored = json.loads(path.read_text()) if path.exists() else None
         if not stored or not stored.get("summary", {}).get("medians", {}).get("adapt"):
-            return [*title, "Not measured in this run (`--kinds adapt`).", ""]
-        data = stored
-        source = [f"Not measured in this run: these rows are from a run of this kind alone, "
-                  f"{data['meta']['date']} (`{data['meta']['command']}`, "
-                  "bench/results/adapt/).", ""]
-    cfg = data["meta"]["config"]
+            continue
+        backend = stored["meta"].get("fiber_backend", "local")
+        if backend not in measured:
+            sources.append((stored, True))
+            measured.add(backend)
+    out = list(title)
+    if not sources:
+        out += ["Not measured in this run (`--kinds adapt`).", ""]
+    for source, is_stored in sources:
+        out += _rows(source, is_stored)
+    if FIRST_TASK.exists():
+        out += [*FIRST_TASK.read_text().strip().splitlines(), ""]
+    return out
+
+
+def _rows(data: dict, stored: bool) -> list[str]:
+    """One run's rows of section 13 (its trace, its table, its targets judged)."""
+    backend = data["meta"].get("fiber_backend", "local")
+    cfg = trace(data["meta"]["config"], backend)
     per = data["summary"]["medians"]["adapt"]
-    out = [*title, *source,
-           f"bench/adapt.py: {cfg['adapt_bursts']} bursts of {cfg['adapt_tasks']} tasks of "
-           f"{cfg['adapt_task_seconds'] * 1000:g} ms (chunksize=1), one every "
-           f"{cfg['adapt_period']:g} s, on `Pool({cfg['adapt_workers']})` as it is (fixed) "
-           f"and with `adapt(minimum=0, maximum={cfg['adapt_workers']}, idle_timeout="
-           f"{cfg['adapt_idle_timeout']:g})`. Worker-seconds: workers held (starting, idle, "
-           "busy or stopping) integrated from the pool's creation until its workers are gone; "
-           "makespan: creation to the last result; burst latency: median seconds from a "
-           "burst's submission to its last result. Medians of "
-           f"{cfg.get('adapt_reps', '?')} repetition(s). Targets (issue #28): adaptive "
-           f"worker-seconds <= {TARGET_WORKER_SECONDS:.0%} of fixed, makespan <= "
-           f"{TARGET_MAKESPAN:g}x fixed.", ""]
+    out = []
+    if stored:
+        load = data["meta"].get("machine", {}).get("loadavg")
+        at = f", load {load[0]:.1f} on {data['meta']['machine'].get('nproc', '?')} cores" \
+            if load else ""
+        out += [f"Not measured in this run: these rows ({backend}) are from a run of this "
+                f"kind alone, {data['meta']['date']}{at} (`{data['meta']['command']}`).", ""]
+    out += [f"bench/adapt.py on {backend}: {cfg['adapt_bursts']} bursts of "
+            f"{cfg['adapt_tasks']} tasks of "
+            f"{cfg['adapt_task_seconds'] * 1000:g} ms (chunksize=1), one every "
+            f"{cfg['adapt_period']:g} s, on `Pool({cfg['adapt_workers']})` as it is (fixed) "
+            f"and with `adapt(minimum=0, maximum={cfg['adapt_workers']}, idle_timeout="
+            f"{cfg['adapt_idle_timeout']:g})`. Worker-seconds: workers held (pending, "
+            "starting, idle, busy or stopping) integrated from the pool's creation until its "
+            "workers are gone; makespan: creation to the last result; burst latency: median "
+            "seconds from a burst's submission to its last result. Medians of "
+            f"{cfg.get('adapt_reps', '?')} repetition(s). Targets (issue #28): adaptive "
+            f"worker-seconds <= {TARGET_WORKER_SECONDS:.0%} of fixed, makespan <= "
+            f"{TARGET_MAKESPAN:g}x fixed.", ""]
     for name, m in sorted(per.items()):
         rows = []
         for variant in VARIANTS:

@@ -76,6 +76,7 @@ MODES: dict[str, dict] = {
         # only): 4 bursts of 100 x 20 ms on 5 workers, one every 10 s
         "adapt_workers": 5, "adapt_bursts": 4, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
         "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 1,
+        "adapt_timeout": 900,  # the cluster trace: two runs of about 100 s, and the starts
         # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
         "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
@@ -99,6 +100,7 @@ MODES: dict[str, dict] = {
         "chunks_items": 1_000_000, "chunks_sizes": [1, 100, 1000, 100_000], "chunks_reps": 3,
         "adapt_workers": 5, "adapt_bursts": 6, "adapt_tasks": 100, "adapt_task_seconds": 0.02,
         "adapt_period": 10.0, "adapt_idle_timeout": 1.0, "adapt_reps": 3,
+        "adapt_timeout": 900,
         # the master at 1,000-10,000 simulated workers (bench/sim.py; --kinds sim only)
         "sim_sizes": [1000, 2500, 5000, 10000], "sim_procs": 4, "sim_task_ms": 1.0,
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
@@ -113,8 +115,9 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # "faults": fiber only, and only when asked for (--kinds faults: it freezes engines)
 # "floor": fiber (local) only; its run measures raw sockets and mp-fork too (bench/floor.py)
 # "chunks": fiber, mp-fork and mp-spawn (bench/chunks.py)
-# "adapt": fiber (local) only, and only when asked for (--kinds adapt: its trace is
-# mostly idle time, 40 s a repetition in --quick); bench/adapt.py
+# "adapt": fiber only, and only when asked for (--kinds adapt: its trace is mostly
+# idle time, 40 s a repetition in --quick; on a cluster backend bench/adapt.CLUSTER's
+# trace, about 200 s); bench/adapt.py
 # "sim": fiber (local) only, and only when asked for (--kinds sim: minutes of a
 # master carrying up to 10,000 simulated workers); bench/sim.py
 KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt",
@@ -196,10 +199,10 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
         if c.name.startswith("fiber") and not c.missing("startup"):
             jobs["startup"].append(c.name)
             jobs["faults"].append(c.name)
+            jobs["adapt"].append(c.name)  # on a cluster backend, its trace (bench/adapt.py)
             if c.name == "fiber":  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
                 jobs["floor"].append(c.name)
-                jobs["adapt"].append(c.name)
                 jobs["sim"].append(c.name)
     jobs["ipc"].append("memcpy")
     if kinds is None:  # faults, adapt and sim only when asked for

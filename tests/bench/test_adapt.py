@@ -50,3 +50,25 @@ def test_adapt_is_opt_in():
     assert "adapt" not in jobs and "faults" not in jobs
     jobs, _, _ = runner.plan(["fiber"], ["adapt"])
     assert jobs == {"adapt": ["fiber"]}
+
+
+def test_a_cluster_backend_runs_the_cluster_trace_and_its_rows_are_kept(monkeypatch):
+    """``--backend slurm --kinds adapt``: fiber[slurm] takes part, with bench/adapt's
+    CLUSTER trace (longer tasks, further apart: a job there takes about a second to
+    start); section 13 of a run that did not measure it shows each stored run's rows
+    (bench/results/adapt*/latest.json), with its backend, trace and load."""
+    monkeypatch.setenv("FIBER_BACKEND", "slurm")
+    jobs, _, _ = runner.plan(["fiber"], ["adapt"])
+    assert jobs == {"adapt": ["fiber[slurm]"]}
+    cfg = runner.MODES["quick"]
+    assert adapt.trace(cfg)["adapt_period"] == adapt.CLUSTER["adapt_period"] == 30.0
+    assert adapt.trace(cfg, "local") is cfg
+    stored = [json.loads(p.read_text())["meta"]["fiber_backend"]
+              for p in adapt.stored_paths() if p.exists()]
+    assert "local" in stored and "slurm" in stored, stored
+    data = {"meta": {"fiber_backend": "local", "config": cfg},
+            "summary": {"medians": {}, "errors": {}}}
+    text = "\n".join(adapt.section(data))
+    assert "| fiber[slurm] adaptive |" in text and "| fiber adaptive |" in text
+    assert "bench/adapt.py on slurm: 4 bursts of 40 tasks of 250 ms" in text
+    assert text.count("| worker-seconds <= 0.40x |") == 2
