@@ -5,12 +5,15 @@ A long enough map uses both and after the idle timeout both are back at zero, no
 left in Slurm. With slurmctld frozen (SIGSTOP, the engine's fault, as in
 test_faults.py) during a burst, the Slurm starts hang: the local workers carry on,
 every result arrives once (counted by the tasks in a real file), and one warning says
-the Slurm placement is skipped. Nothing is faked."""
+the Slurm placement is skipped. With the partition DOWN (scontrol), the jobs the
+cluster queues count as coming (no more are submitted) and are cancelled once the
+burst is over. Nothing is faked."""
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import time
 
 import fault_map
@@ -121,3 +124,59 @@ def _record_slow(args: tuple[str, int]) -> int:
     path, i = args
     time.sleep(0.01)
     return fault_map.record(path, i)
+
+
+def _partition(state: str) -> None:
+    """The test partition's state: DOWN queues new jobs without running them (the
+    cluster's own way to be full for a while), UP runs them again."""
+    subprocess.run(["scontrol", "update", f"PartitionName={slurm_engine.PARTITION}",
+                    f"State={state}"], check=True, capture_output=True, text=True)
+
+
+def _squeue_states(name: str) -> list[str]:
+    """The state of each job named ``name`` (-r: each task of a job array, which the
+    backend submits a group of workers as, on a line of its own)."""
+    done = subprocess.run(["squeue", "-h", "-r", "-n", name, "-o", "%T"], capture_output=True,
+                          text=True, check=True)
+    return done.stdout.split()
+
+
+def test_jobs_the_cluster_queues_count_as_coming_and_are_cancelled(slurm_cluster,
+                                                                   squeue_live):
+    """The Slurm partition is DOWN (scontrol: jobs are accepted and queued, none runs):
+    a burst on local max 1 then slurm max 3 submits 3 Slurm jobs and no more while they
+    wait (the stats count them pending, squeue shows at most 3, all PENDING), the local
+    worker runs every task; as the queue drains the pool cancels them (squeue empty,
+    the partition still down), and adapting's decisions say so (3 cancelled in all). The partition
+    is set UP again whatever happens."""
+    run = run_id()
+    name = f"fiber-{run}"
+    local, slurm = fiber.get_context("local"), fiber.get_context("slurm")
+    pool = fiber.Pool(1, context=local)
+    _partition("DOWN")
+    try:
+        pool.adapt(0, placements=[(local, 1), (slurm, 3)], idle_timeout=30.0)
+        result = pool.map_async(where, [0.2] * 40, chunksize=1)
+        most_jobs, most_pending, states = 0, 0, set()
+        while not result.ready():
+            jobs = _squeue_states(name)
+            states.update(jobs)
+            most_jobs = max(most_jobs, len(jobs))
+            most_pending = max(most_pending, pool.stats().adapt.placements[1].pending)
+            time.sleep(0.2)
+        out = result.get()
+        assert len(out) == 40 and all(job is None for _, job in out)  # all on local
+        assert most_jobs == 3 and most_pending == 3, (most_jobs, most_pending)
+        assert states == {"PENDING"}, states
+        assert pool.stats().started <= 1 + 3, pool.stats().started
+        wait_for(lambda: not squeue_live(name), 30, "the pending Slurm jobs cancelled")
+        # cancelled as they were no longer needed: as the queue drained, or at its end
+        decisions = pool.stats().adapt.decisions
+        cancelled = [int(r.split("cancel ")[1].split()[0]) for _, r in decisions
+                     if "cancel " in r]
+        assert sum(cancelled) == 3, decisions
+    finally:
+        _partition("UP")
+        pool.terminate()
+        pool.join()
+    wait_for(lambda: not squeue_live(name), 60, "no Slurm job left")
