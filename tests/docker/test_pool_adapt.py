@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 
 import pytest
-from fiber_docker.selfcontainer import own_container_id
 
 import fiber
 from fiber.runtime.run import run_id
+from fiber_docker.selfcontainer import own_container_id
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -243,7 +243,7 @@ class Pool:
             size=self._scheduler.size(), bounds=self._bounds)
         from fiber.runtime.pool.adapt import Adapter  # (loaded by the first adapt())
         places = [self._placement(ctx) for ctx in contexts]  # may ask the backends
-        checks.distinct_placements(places)
+        placement.distinct(places)  # (ValueError: a backend named twice)
         with self._lock:
             self._scheduler.check_running()
             self._worker_set.set_placements(places or [self._own_placement])

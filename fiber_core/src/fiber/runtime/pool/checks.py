@@ -1,7 +1,7 @@
 """The arguments of :class:`fiber.Pool` and :meth:`fiber.Pool.adapt`, checked: the
 pool's size and its bounds (:class:`Bounds`, :func:`pool_arguments`), and adapt's,
 turned into the adaptive policy's :class:`~fiber.runtime.pool.adapt_policy.Settings`
-(:func:`adapt_settings`; its placements, distinct backends: :func:`distinct_placements`).
+(:func:`adapt_settings`).
 
 Every wrong value raises here, in the caller's thread, before anything starts, as
 multiprocessing's checks do: ``TypeError`` for a value of the wrong type,
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,6 @@ from fiber.runtime import arguments, run
 
 if TYPE_CHECKING:  # loaded by the first adapt(), as the adapt driver
     from fiber.runtime.pool.adapt_policy import Settings
-    from fiber.runtime.pool.placement import Placement
 
 
 @dataclass(frozen=True)
@@ -111,18 +110,6 @@ def check_placements(placements: object) -> tuple[list[Any], tuple[int, ...]]:
     if not contexts:
         raise ValueError("placements must name at least one (context, maximum)")
     return contexts, tuple(caps)
-
-
-def distinct_placements(places: Sequence[Placement]) -> None:
-    """adapt's placements are distinct backends: two contexts of one backend instance
-    (the same name and settings) would be one placement counted twice, the workers of
-    both counted in the first."""
-    for j, later in enumerate(places):
-        for i, earlier in enumerate(places[:j]):
-            if later.backend is earlier.backend:
-                raise ValueError(
-                    f"placements {i} and {j} are the same backend ({earlier.name}): name "
-                    "each context once, with the sum of their maxima")
 
 
 def adapt_settings(minimum: Any, maximum: Any, idle_timeout: Any, growth: Any,

@@ -5,13 +5,14 @@ A worker's job is its context's ``Process`` (passed in: the runtime does not imp
 the API) running :func:`~fiber.runtime.pool.worker.worker`, or
 :func:`~fiber.runtime.pool.worker.worker_group` for several workers in one job
 (``workers_per_job``). Its request is checked by the context's backend when the pool
-is made, or a placement added (:func:`job_request`), before any worker starts.
+is made, or a placement added (:func:`job_request`), before any worker starts; the
+placements of one pool are distinct backends (:func:`distinct`).
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fiber.backend import Resources
@@ -70,3 +71,15 @@ def place(target: Any, process_class: type, job_args: JobArgs,
         name += "(" + ", ".join(f"{k}={v!r}" for k, v in sorted(target.overrides.items())) + ")"
     return Placement(name, maker(hub.stream_address, cid, process_class, job_args, requested),
                      target.backend(), hub, cid)
+
+
+def distinct(places: Sequence[Placement]) -> None:
+    """adapt's placements are distinct backends: two contexts of one backend instance
+    (the same name and settings) would be one placement counted twice, the workers of
+    both counted in the first."""
+    for j, later in enumerate(places):
+        for i, earlier in enumerate(places[:j]):
+            if later.backend is earlier.backend:
+                raise ValueError(
+                    f"placements {i} and {j} are the same backend ({earlier.name}): name "
+                    "each context once, with the sum of their maxima")
