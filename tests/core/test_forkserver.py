@@ -226,3 +226,57 @@ def test_a_template_whose_backend_is_gone_ends_quietly(tmp_path):
                 template.kill()
                 template.wait()
     assert template.returncode == 0 and b"Traceback" not in err, err.decode()
+
+
+BIG_JOB = """
+import json, os, resource, sys
+_r = resource.getrusage(resource.RUSAGE_SELF)
+with open(os.environ["JOB_OUT"], "w") as _f:  # (fails in the template's import)
+    json.dump({"cpu": _r.ru_utime + _r.ru_stime, "name": __name__, "file": __file__,
+               "argv0": sys.argv[0], "spec": __spec__.name, "package": __package__,
+               "imported": "bigjob" in sys.modules, "loader": __loader__ is __spec__.loader,
+               "secret": os.environ.get("JOB_SECRET")}, _f)
+sys.exit(int(os.environ["JOB_EXIT"]))
+"""
+
+
+def test_a_forked_job_runs_its_module_from_the_template_s_compiled_code(tmp_path, monkeypatch):
+    """A real template forks two jobs of a module with no bytecode cache
+    (``PYTHONDONTWRITEBYTECODE``) whose source takes a quarter of a second of CPU to
+    compile: each job runs it as ``python -m`` would (``__main__``, its file, spec and
+    package, not in sys.modules under its name, its own environment and exit code)
+    without compiling it again: a job spends well under the compile's CPU before its
+    first line. Before, every job searched for its module and compiled it (without a
+    ``.pyc``, the bootstrap's compile was a third of a pool worker's CPU before its
+    first task)."""
+    from fiber.backend.local.template import ForkServer
+
+    source = BIG_JOB + "\n".join(
+        f"def f{i}(a, b=({i}, '{i}')):\n    return [a + b[0] * {i} for _ in range({i} % 3)]"
+        for i in range(2000))
+    (tmp_path / "bigjob.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    started = time_compile = __import__("time").process_time()
+    compile(source, "bigjob.py", "exec")
+    time_compile = __import__("time").process_time() - started
+    server = ForkServer(["bigjob"])
+    try:
+        reports = []
+        for i in range(2):
+            out = tmp_path / f"out{i}.json"
+            env = {**os.environ, "JOB_OUT": str(out), "JOB_SECRET": f"s{i}",
+                   "JOB_EXIT": str(3 + i)}
+            child = server.spawn("bigjob", env, str(tmp_path), str(tmp_path / f"job{i}.log"), 30)
+            assert child.wait(60) == 3 + i, (tmp_path / f"job{i}.log").read_text()
+            reports.append(__import__("json").loads(out.read_text()))
+    finally:
+        server.close()
+    for i, report in enumerate(reports):
+        assert report["name"] == "__main__" and report["spec"] == "bigjob"
+        assert report["file"] == report["argv0"] == str(tmp_path / "bigjob.py")
+        assert report["package"] == "" and report["loader"] and not report["imported"]
+        assert report["secret"] == f"s{i}"
+        # compiling it again would cost about time_compile
+        assert report["cpu"] < time_compile / 3, (report["cpu"], time_compile)
+    assert not list(tmp_path.glob("__pycache__"))

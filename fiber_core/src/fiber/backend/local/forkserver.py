@@ -18,8 +18,9 @@ its objects (``gc.freeze()``), so that a job's garbage collections do not write 
 
 * ``("preload", modules, sources)`` (first, see :func:`preload_plan`): import the
   ``modules``, compile the files of the ``sources`` modules; no answer.
-* ``("spawn", key, module, env, cwd, log_path)`` imports ``module`` here (once), then
-  forks a child in a new session that runs it as ``python -m module`` would, with
+* ``("spawn", key, module, env, cwd, log_path)`` imports ``module`` here (once, and
+  keeps its compiled code: a child does not compile it again), then forks a child in
+  a new session that runs it as ``python -m module`` would, with
   exactly ``env``, in ``cwd``, its output in ``log_path``; answers
   ``("spawned", key, pid)`` or ``("failed", key, message)``.
 * When a child ends it sends ``("exited", pid, returncode)`` (negative signal number
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # for annotations only (importlib.abc is not imported at start-up)
     from importlib.abc import SourceLoader
+    from importlib.machinery import ModuleSpec
 
 # Standard modules jobs import after they start (absent ones are fine).
 _PRELOAD = ("pkgutil", "encodings.idna")
@@ -107,7 +109,11 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         sys.stderr = os.fdopen(2, "w", buffering=1)
         sys.argv = [module]
         _forget(module)
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        job = _job_code.get(module)
+        if job is None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            _run_as_main(*job)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -274,17 +280,44 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
                 continue
 
 
+# a job module's spec and compiled code, found once here (see :func:`_import_once`)
+_job_code: dict[str, tuple[ModuleSpec, types.CodeType]] = {}
+
+
 def _import_once(module: str) -> None:
     """Import a job's module before forking, for the modules it imports (the child
-    runs the module itself afresh: :func:`_forget`); a failure is the job's to
-    report."""
-    if module not in sys.modules:
-        import importlib
+    runs the module itself afresh: :func:`_forget`), and keep its spec and compiled
+    code, so that a child neither searches for the module nor compiles it (without a
+    bytecode cache, e.g. under ``PYTHONDONTWRITEBYTECODE``, that compile was most of a
+    job's CPU before its first task); a failure is the job's to report."""
+    if module in _job_code:
+        return
+    import importlib
+    import importlib.util
 
-        try:
+    try:
+        spec = importlib.util.find_spec(module)
+        # a package (``-m`` runs its __main__) or a loader without code: runpy's way
+        if spec is not None and spec.submodule_search_locations is None and spec.loader:
+            code = spec.loader.get_code(module)  # type: ignore[attr-defined]  # a SourceLoader's (None from others: runpy's way)
+            if code is not None:
+                _job_code[module] = (spec, code)
+        if module not in sys.modules:
             importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - the job imports it again and reports it
-            pass
+    except Exception:  # noqa: BLE001 - the job imports it again and reports it
+        pass
+
+
+def _run_as_main(spec: ModuleSpec, code: types.CodeType) -> None:
+    """In the child: run a job module's code as ``python -m`` runs a module, as
+    ``__main__`` with the globals runpy gives it and ``sys.argv[0]`` its file."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                         __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+    sys.modules["__main__"] = main
+    if spec.origin:
+        sys.argv[0] = spec.origin
+    exec(code, main.__dict__)
 
 
 def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
