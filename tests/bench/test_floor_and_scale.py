@@ -90,6 +90,8 @@ def test_the_scale_rows(tmp_path):
         assert m["start_seconds"] > 0 and m["long_map_seconds"] >= 0.95 * 0.2
         assert 0 < m["efficiency/50ms"] <= 1.05
         assert m["cpu_ms_per_task/50ms"] >= 0 and m["worker_uss_mb"] > 0
+        # a worker's CPU from its start to its first task (getrusage in the worker)
+        assert 0 < m["worker_cpu_ms_first_task"] <= m["worker_cpu_ms_first_task_p90"] < 5000
     section = md.split("## 6. Scale")[1].split("## 7.")[0]
     assert f"a map of {n} long tasks runs on all {n} workers" in section
     used = data["summary"]["medians"][f"scale/{n}"]["fiber"]["workers_used"]
@@ -166,6 +168,26 @@ def test_every_mode_plans_the_floor_for_local_fiber_only():
         assert mode["floor_blocks"] >= 1 and mode["floor_calls"] >= 10
     assert runner.MODES["full"]["scale_sizes"] == [64, 256, 1024]
     assert runner.MODES["quick"]["scale_sizes"] == [256]
+
+
+def test_issue_29_start_targets_judged():
+    """Hand-written medians (no processes): 256 workers all running within 2.5x of
+    multiprocessing fork's time, and a worker's CPU before its first task at most 2 ms
+    (shown with multiprocessing's)."""
+    m = {"scale/256": {"fiber": {"start_seconds": 1.2, "worker_cpu_ms_first_task": 1.5},
+                       "mp-fork": {"start_seconds": 0.4, "worker_cpu_ms_first_task": 3.0}},
+         "scale/1024": {"fiber": {"start_seconds": 7.0, "worker_cpu_ms_first_task": 6.5},
+                        "mp-fork": {"start_seconds": 1.9}}}
+    judged = {t: (d, met) for t, d, met in report.scale_judged(_summary("local", m))}
+    assert judged["256 workers all running within 2.5x of multiprocessing's (issue #29)"] == (
+        "1.2 vs 0.4 s (3.00x)", False)
+    assert judged["a worker's CPU before its first task at 256 <= 2 ms (issue #29; median)"] == (
+        "1.5 ms; multiprocessing's 3 ms", True)
+    assert judged["a worker's CPU before its first task at 1,024 <= 2 ms (issue #29; median)"] == (
+        "6.5 ms", False)
+    m["scale/256"]["fiber"]["start_seconds"] = 0.9
+    judged = {t: met for t, _, met in report.scale_judged(_summary("local", m))}
+    assert judged["256 workers all running within 2.5x of multiprocessing's (issue #29)"] is True
 
 
 def test_results_from_before_the_scale_rows_still_render():
