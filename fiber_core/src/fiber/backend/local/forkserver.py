@@ -101,8 +101,7 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
-        os.environ.clear()
-        os.environ.update(env)
+        _set_environment(env)
         if cwd:
             os.chdir(cwd)
         sys.stdout = os.fdopen(1, "w", buffering=1)
@@ -125,6 +124,19 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
             code = 1
     finally:
         os._exit(code)
+
+
+def _set_environment(env: Mapping[str, str]) -> None:
+    """Make this process's environment exactly ``env``, changing only the variables
+    that differ (a job's environment is mostly the template's: clearing and refilling
+    it touched every variable, a page fault each on memory shared with the
+    template)."""
+    current = os.environ
+    for name in [name for name in current if name not in env]:
+        del current[name]
+    for name, value in env.items():
+        if current.get(name) != value:
+            current[name] = value
 
 
 def _forget(module: str) -> None:
@@ -242,6 +254,48 @@ def _cached_source_to_code(original: _SourceToCode) -> _SourceToCode:
     return source_to_code
 
 
+def main_source(main: types.ModuleType | None = None) -> list[tuple[str, str]]:
+    """In the parent: its main script's file, for the template to compile once
+    (``[("", path)]``: no module name, as imports here cannot clash with it; the path
+    as multiprocessing's preparation data names it; ``[]`` when the main module is not
+    a Python source file). Python never caches
+    a script's bytecode, so without this every job compiles it again."""
+    main = main if main is not None else sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return []
+    path = os.path.normpath(os.path.abspath(path))
+    return [("", path)] if os.path.isfile(path) else []
+
+
+_CodeFromFile = Callable[..., Any]
+
+
+def _cached_code_from_file(original: _CodeFromFile) -> _CodeFromFile:
+    """runpy's private ``_get_code_from_file`` (``run_path``'s compile of a script,
+    which is how a job imports its parent's main script), answered from the code this
+    template compiled when the file's bytes are the same. Its signature and return
+    differ by version (``(run_name, fname) -> (code, fname)`` before 3.13, ``(fname)
+    -> code`` since): the file is the last argument, and a hit is returned in the
+    shape the original returns."""
+
+    def get_code_from_file(*args: Any) -> Any:
+        fname = args[-1]
+        hit = _compiled.get(fname) if isinstance(fname, str) else None
+        if hit is not None:
+            try:
+                with open(fname, "rb") as f:
+                    same = f.read() == hit[0]
+            except OSError:
+                same = False
+            if same:
+                return (hit[1], fname) if len(args) == 2 else hit[1]
+        return original(*args)
+
+    get_code_from_file.fiber_cached = True  # type: ignore[attr-defined]
+    return get_code_from_file
+
+
 def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) -> None:
     """In the template: import ``names`` (each only if it resolves to the same file
     as in the parent), compile the files of ``sources`` not imported here for the
@@ -252,7 +306,7 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
 
     total = 0
     for name, path in sources:
-        if name in sys.modules:
+        if name and name in sys.modules:
             continue
         try:
             with open(path, "rb") as f:
@@ -266,6 +320,9 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
     if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
         SourceFileLoader.source_to_code = _cached_source_to_code(  # type: ignore[method-assign]  # the template's loaders reuse its compiled code on purpose
             SourceFileLoader.source_to_code)
+    if _compiled and not getattr(runpy._get_code_from_file, "fiber_cached", False):  # type: ignore[attr-defined]  # private: see _cached_code_from_file
+        runpy._get_code_from_file = _cached_code_from_file(  # type: ignore[attr-defined]
+            runpy._get_code_from_file)  # type: ignore[attr-defined]
     with warnings.catch_warnings():
         # a deprecated module warned in the parent already; not once more from here
         warnings.simplefilter("ignore")
