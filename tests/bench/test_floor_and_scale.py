@@ -203,3 +203,13 @@ def test_results_from_before_the_scale_rows_still_render():
     row = next(line for line in report._scale(data) if line.startswith("| 16 | fiber"))
     assert "| 0.997 |" in row and "0.41" in row
 
+
+
+def test_scale_sizes_must_be_whole_numbers():
+    """``--scale-sizes`` picks the scale kind's pool sizes; anything but whole numbers
+    is a clear error before anything runs."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--smoke", "--kinds",
+                           "scale", "--scale-sizes", "256,many"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "--scale-sizes takes whole numbers: '256,many'" in proc.stderr, proc.stderr
