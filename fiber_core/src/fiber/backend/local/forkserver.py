@@ -11,8 +11,8 @@ it also does, once, the work every job would repeat: loading the installed plugi
 that the parent has imported (fork-safe, no third-party state shared between jobs).
 It does not run the parent's main module nor the other modules it imports (a job runs
 them itself, as multiprocessing's spawn does), but it caches the compiled code of
-those whose bytecode cache is missing or stale (the job then skips compiling an
-unchanged source file, as if a valid ``.pyc`` were there). Before each fork it freezes
+those whose bytecode cache is missing or stale and of the main script (the job then
+skips compiling an unchanged source file, as if a valid ``.pyc`` were there). Before each fork it freezes
 its objects (``gc.freeze()``), so that a job's garbage collections do not write to
 (and copy) the pages it shares with the template. The protocol:
 
