@@ -41,6 +41,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     r.add_argument("--contenders", help="comma-separated names (default: all installed)")
     r.add_argument("--kinds", help="comma-separated benchmark kinds to run (default all but faults and adapt: "
                    + ",".join(runner.KINDS) + ")")
+    r.add_argument("--scale-sizes", help="comma-separated pool sizes for the scale kind "
+                   "(default: the mode's, e.g. 256 in --quick, 64,256,1024 in --full)")
     r.add_argument("--backend", help="measure fiber on this backend: starts and stops its "
                    "test engine via tests/engines/NAME.py (compared with mp-fork)")
     r.add_argument("--out", type=Path, help="directory for latest.json and the plots "
@@ -92,6 +94,13 @@ def main(argv: list[str] | None = None) -> int:
     if kinds is not None and set(kinds) - set(runner.KINDS):
         raise SystemExit(f"error: unknown kind(s) {', '.join(sorted(set(kinds) - set(runner.KINDS)))}"
                          f"; choose from {', '.join(runner.KINDS)}")
+    scale_sizes = None
+    if args.scale_sizes:
+        try:
+            scale_sizes = [int(n) for n in args.scale_sizes.split(",")]
+        except ValueError:
+            raise SystemExit(f"error: --scale-sizes takes whole numbers: {args.scale_sizes!r}"
+                             ) from None
     engine = None
     if args.backend and args.backend != "local":
         engine = _engine(args.backend)
@@ -102,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         data = runner.run(args.mode, names=names, out_dir=args.out, results_md=args.results_md,
                           plots=not args.no_plots, command=runner.command_line(argv),
-                          kinds=kinds)
+                          kinds=kinds, scale_sizes=scale_sizes)
     finally:
         if engine is not None:
             engine.stop()

@@ -140,7 +140,7 @@ def cold_start(start: Callable[[int], Session], n: int, timeout: float,
                 if time.perf_counter() - t0 > timeout:
                     raise TimeoutError(f"only {len(seen)} of {n} workers ran a task "
                                        f"within {timeout:g} s")
-                for pid, host, stamp in session.map(tasks.checkin,
+                for pid, host, stamp, _ in session.map(tasks.checkin,
                                                     [(rendezvous, n, hold)] * n, 1):
                     seen.setdefault((host, pid), stamp)
                 rounds += 1
@@ -180,6 +180,10 @@ def scale(start: Callable[[int], Session], n: int, long_seconds: float,
        ``cpu_ms_per_task/<d>``, the parent's CPU time (all its threads) per task.
     4. Memory: the parent's RSS, one idle worker's RSS and USS (pages only it holds).
 
+    ``worker_cpu_ms_first_task`` (and ``_p90``): the workers' CPU time (user + system,
+    ``getrusage`` in the worker) from their start to their first task, median (90th
+    percentile) over the workers.
+
     ``hosts`` is how many distinct host names the workers reported.
     """
     import psutil
@@ -191,22 +195,28 @@ def scale(start: Callable[[int], Session], n: int, long_seconds: float,
     try:
         out: dict[str, float] = {}
         first: dict[tuple[str, int], float] = {}  # (host, pid) -> its first task's time
+        first_cpu: dict[tuple[str, int], float] = {}  # -> its CPU ms at that moment
         tally: list[int] = []
         if long_seconds > 0:
             t, got = _timed(session.map, tasks.sleep_checkin, [long_seconds] * n, 1)
-            for pid, host, stamp in got:
+            for pid, host, stamp, cpu in got:
                 first.setdefault((host, pid), stamp)
+                first_cpu.setdefault((host, pid), cpu)
             out["workers_used"] = len(first)
             out["long_map_seconds"] = t
         while len(first) < n:
             if time.perf_counter() - t0 > start_timeout:
                 raise TimeoutError(f"only {len(first)} of {n} workers started "
                                    f"within {start_timeout:g} s")
-            for pid, host, stamp in session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1):
+            for pid, host, stamp, cpu in session.map(tasks.checkin, [(rendezvous, n, 0.2)] * n, 1):
                 first.setdefault((host, pid), stamp)
+                first_cpu.setdefault((host, pid), cpu)
                 tally.append(pid)
         out["start_seconds"] = max(first.values()) - wall0
         out["distinct_workers"] = len(first)
+        cpus = sorted(first_cpu.values())
+        out["worker_cpu_ms_first_task"] = statistics.median(cpus)
+        out["worker_cpu_ms_first_task_p90"] = cpus[int(0.9 * (len(cpus) - 1))]
         out["hosts"] = len({host for host, _ in first})  # where the workers ran
         for d, k in runs:
             key = f"{d * 1000:g}ms"

@@ -491,9 +491,14 @@ def _legacy_scale(med: dict, cfg: dict) -> None:
 def _scale_targets(cfg: dict) -> list[tuple[int, str, str]]:
     keys = _scale_keys(cfg)
     out = [(256, "start", "256 workers all running within 2 s"),
+           (256, "ratio", "256 workers all running within 2.5x of multiprocessing's "
+            "(issue #29)"),
            (1024, "start", "1,024 workers all running within 8 s")]
     for n in cfg.get("scale_sizes", []):
         out.append((n, "used", f"a map of {n:,} long tasks runs on all {n:,} workers"))
+    for n in cfg.get("scale_sizes", []):
+        out.append((n, "wcpu", f"a worker's CPU before its first task at {n:,} <= 2 ms "
+                    "(issue #29; median)"))
     if keys:
         out += [(1024, "cpu", f"parent CPU per task at 1,024 ({keys[0]} tasks) <= 1.5x "
                  "multiprocessing's"),
@@ -523,6 +528,15 @@ def scale_judged(data: dict, name: str | None = None) -> list[tuple[str, str, bo
             v = m.get("start_seconds")
             out.append((text, f"{_fmt(v)} s ({v / limit:.2f} of the limit)", v <= limit)
                        if v is not None else (text, "not measured", None))
+        elif what == "ratio":
+            v, base = m.get("start_seconds"), (b or {}).get("start_seconds")
+            out.append((text, f"{_fmt(v)} vs {_fmt(base)} s ({v / base:.2f}x)", v <= 2.5 * base)
+                       if v is not None and base else (text, "multiprocessing not measured", None))
+        elif what == "wcpu":
+            v, base = m.get("worker_cpu_ms_first_task"), (b or {}).get("worker_cpu_ms_first_task")
+            also = f"; multiprocessing's {_fmt(base)} ms" if base else ""
+            out.append((text, f"{_fmt(v)} ms{also}", v <= 2.0) if v is not None
+                       else (text, "not measured", None))
         elif what == "used":
             v = m.get("workers_used")
             out.append((text, f"{v:.0f} of {n}", v >= n) if v is not None
@@ -556,7 +570,8 @@ def _scale(data: dict) -> list[str]:
             row = [str(size), n + (f" ({m['hosts']:.0f} hosts)" if m.get("hosts", 1) > 1 else ""),
                    "-" if used is None else f"{used:.0f}",
                    _fmt(m.get("start_seconds")) + _ratio(
-                       m.get("start_seconds"), _get(data, b, BASELINE, "start_seconds"))]
+                       m.get("start_seconds"), _get(data, b, BASELINE, "start_seconds")),
+                   _fmt(m.get("worker_cpu_ms_first_task"))]
             for k in keys:
                 row.append("-" if m.get(f"efficiency/{k}") is None
                            else f"{m[f'efficiency/{k}']:.3f}")
@@ -574,15 +589,17 @@ def _scale(data: dict) -> list[str]:
            "its first task (check-in rounds after the long map; a worker that got no long "
            "task starts only after it). Then, every worker up: " + runs + ", chunksize=1: "
            "efficiency = ideal/actual, and the parent's CPU time (all its threads) per task. "
+           "*worker CPU to 1st task*: a worker's CPU time (user + system, getrusage in the "
+           "worker) from its start (its fork) to its first task, median over the workers. "
            "Memory in MB: the parent's RSS and one idle worker's USS (pages only it holds: "
            "forked workers share most of theirs with the parent).", ""]
-    header = ["N", "contender", "used", "all started, s"]
+    header = ["N", "contender", "used", "all started, s", "worker CPU to 1st task, ms"]
     for k in keys:
         header += [f"efficiency {k}", f"parent CPU ms/task {k}"]
     out += _table(header + ["parent RSS", "worker USS"], rows)
     judged = scale_judged(data)
     if judged:
-        out += ["", "Targets (issue #19) for fiber at scale:", ""]
+        out += ["", "Targets (issues #19 and #29) for fiber at scale:", ""]
         out += _table(["target", "fiber", "met?"], [
             [t, d, {True: "met", False: "**not met**", None: "-"}[met]]
             for t, d, met in judged])

@@ -218,12 +218,15 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
 
 def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
         results_md: Path | None = None, plots: bool = True, command: str = "",
-        kinds: list[str] | None = None) -> dict:
+        kinds: list[str] | None = None, scale_sizes: list[int] | None = None) -> dict:
     """Run the suite (the benchmark ``kinds``, default all) and write the JSON, the
-    Markdown table and the plots."""
+    Markdown table and the plots; ``scale_sizes`` replaces the mode's pool sizes of
+    the scale kind."""
     from bench import report
 
     cfg = dict(MODES[mode])
+    if scale_sizes:
+        cfg["scale_sizes"] = list(scale_sizes)
     out_dir = out_dir or REPO / "bench" / "results"
     results_md = results_md or REPO / "bench" / "RESULTS.md"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,7 @@ include importing it in each worker.
 from __future__ import annotations
 
 import os
+import resource
 import socket
 import time
 
@@ -37,13 +38,25 @@ def sleep_getpid(d: float) -> int:
 
 
 _first_task: float | None = None  # wall-clock time of this process's first check-in
+_first_cpu: float = 0.0  # its CPU time (ms, user + system) at that moment
 
 
-def checkin(args: tuple[str, int, float]) -> tuple[int, str, float]:
+def _stamp_first() -> None:
+    """Record this process's first task: its wall-clock time and the CPU it has spent
+    so far (a forked process's count starts at the fork: for a pool worker, what it
+    spent from its start to its first task, this task's unpickling included)."""
+    global _first_task, _first_cpu
+    if _first_task is None:
+        r = resource.getrusage(resource.RUSAGE_SELF)
+        _first_cpu = (r.ru_utime + r.ru_stime) * 1000
+        _first_task = time.time()
+
+
+def checkin(args: tuple[str, int, float]) -> tuple[int, str, float, float]:
     """Record this worker's first task, then hold a moment.
 
     ``args`` is ``(directory, n, hold)``. Returns ``(pid, host name, wall-clock time of
-    this process's first check-in)``. When ``directory`` is visible to the worker (the
+    this process's first check-in, its CPU milliseconds then)``. When ``directory`` is visible to the worker (the
     same file system), the first check-in also creates the file ``<pid>`` there, and the
     task waits until ``n`` processes have checked in or ``hold`` seconds have passed
     (holding keeps a started worker busy so the next tasks go to workers that have not
@@ -51,11 +64,9 @@ def checkin(args: tuple[str, int, float]) -> tuple[int, str, float]:
     deadlocking); elsewhere (a container without the directory) it holds ``hold``
     seconds.
     """
-    global _first_task
     directory, n, hold = args
     pid = os.getpid()
-    if _first_task is None:
-        _first_task = time.time()
+    _stamp_first()
     shared = os.path.isdir(directory)
     if shared:
         path = os.path.join(directory, str(pid))
@@ -69,14 +80,13 @@ def checkin(args: tuple[str, int, float]) -> tuple[int, str, float]:
                           if not name.endswith(".tmp")) >= n:
             break
         time.sleep(0.005)
-    return pid, socket.gethostname(), _first_task
+    return pid, socket.gethostname(), _first_task or 0.0, _first_cpu
 
 
-def sleep_checkin(d: float) -> tuple[int, str, float]:
+def sleep_checkin(d: float) -> tuple[int, str, float, float]:
     """Sleep ``d`` seconds; return ``(pid, host name, wall-clock time of this process's
-    first task)`` (the first task being this one or an earlier :func:`checkin`)."""
-    global _first_task
-    if _first_task is None:
-        _first_task = time.time()
+    first task, its CPU milliseconds then)`` (the first task being this one or an
+    earlier :func:`checkin`)."""
+    _stamp_first()
     time.sleep(d)
-    return os.getpid(), socket.gethostname(), _first_task
+    return os.getpid(), socket.gethostname(), _first_task or 0.0, _first_cpu

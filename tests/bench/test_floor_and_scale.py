@@ -90,6 +90,8 @@ def test_the_scale_rows(tmp_path):
         assert m["start_seconds"] > 0 and m["long_map_seconds"] >= 0.95 * 0.2
         assert 0 < m["efficiency/50ms"] <= 1.05
         assert m["cpu_ms_per_task/50ms"] >= 0 and m["worker_uss_mb"] > 0
+        # a worker's CPU from its start to its first task (getrusage in the worker)
+        assert 0 < m["worker_cpu_ms_first_task"] <= m["worker_cpu_ms_first_task_p90"] < 5000
     section = md.split("## 6. Scale")[1].split("## 7.")[0]
     assert f"a map of {n} long tasks runs on all {n} workers" in section
     used = data["summary"]["medians"][f"scale/{n}"]["fiber"]["workers_used"]
@@ -168,6 +170,26 @@ def test_every_mode_plans_the_floor_for_local_fiber_only():
     assert runner.MODES["quick"]["scale_sizes"] == [256]
 
 
+def test_issue_29_start_targets_judged():
+    """Hand-written medians (no processes): 256 workers all running within 2.5x of
+    multiprocessing fork's time, and a worker's CPU before its first task at most 2 ms
+    (shown with multiprocessing's)."""
+    m = {"scale/256": {"fiber": {"start_seconds": 1.2, "worker_cpu_ms_first_task": 1.5},
+                       "mp-fork": {"start_seconds": 0.4, "worker_cpu_ms_first_task": 3.0}},
+         "scale/1024": {"fiber": {"start_seconds": 7.0, "worker_cpu_ms_first_task": 6.5},
+                        "mp-fork": {"start_seconds": 1.9}}}
+    judged = {t: (d, met) for t, d, met in report.scale_judged(_summary("local", m))}
+    assert judged["256 workers all running within 2.5x of multiprocessing's (issue #29)"] == (
+        "1.2 vs 0.4 s (3.00x)", False)
+    assert judged["a worker's CPU before its first task at 256 <= 2 ms (issue #29; median)"] == (
+        "1.5 ms; multiprocessing's 3 ms", True)
+    assert judged["a worker's CPU before its first task at 1,024 <= 2 ms (issue #29; median)"] == (
+        "6.5 ms", False)
+    m["scale/256"]["fiber"]["start_seconds"] = 0.9
+    judged = {t: met for t, _, met in report.scale_judged(_summary("local", m))}
+    assert judged["256 workers all running within 2.5x of multiprocessing's (issue #29)"] is True
+
+
 def test_results_from_before_the_scale_rows_still_render():
     """Hand-written medians in the old layout (one run, ``efficiency`` without a task
     length): ``python -m bench report`` on an old latest.json keeps its scale table."""
@@ -181,3 +203,13 @@ def test_results_from_before_the_scale_rows_still_render():
     row = next(line for line in report._scale(data) if line.startswith("| 16 | fiber"))
     assert "| 0.997 |" in row and "0.41" in row
 
+
+
+def test_scale_sizes_must_be_whole_numbers():
+    """``--scale-sizes`` picks the scale kind's pool sizes; anything but whole numbers
+    is a clear error before anything runs."""
+    proc = subprocess.run([sys.executable, "-m", "bench", "run", "--smoke", "--kinds",
+                           "scale", "--scale-sizes", "256,many"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0
+    assert "--scale-sizes takes whole numbers: '256,many'" in proc.stderr, proc.stderr

@@ -226,3 +226,103 @@ def test_a_template_whose_backend_is_gone_ends_quietly(tmp_path):
                 template.kill()
                 template.wait()
     assert template.returncode == 0 and b"Traceback" not in err, err.decode()
+
+
+BIG_JOB = """
+import json, os, resource, sys
+_r = resource.getrusage(resource.RUSAGE_SELF)
+with open(os.environ["JOB_OUT"], "w") as _f:  # (fails in the template's import)
+    json.dump({"cpu": _r.ru_utime + _r.ru_stime, "name": __name__, "file": __file__,
+               "argv0": sys.argv[0], "spec": __spec__.name, "package": __package__,
+               "imported": "bigjob" in sys.modules, "loader": __loader__ is __spec__.loader,
+               "secret": os.environ.get("JOB_SECRET"),
+               "template_only": os.environ.get("TEMPLATE_ONLY")}, _f)
+sys.exit(int(os.environ["JOB_EXIT"]))
+"""
+
+
+def test_a_forked_job_runs_its_module_from_the_template_s_compiled_code(tmp_path, monkeypatch):
+    """A real template forks two jobs of a module with no bytecode cache
+    (``PYTHONDONTWRITEBYTECODE``) whose source takes a quarter of a second of CPU to
+    compile: each job runs it as ``python -m`` would (``__main__``, its file, spec and
+    package, not in sys.modules under its name, its own environment and exit code)
+    without compiling it again: a job spends well under the compile's CPU before its
+    first line. Before, every job searched for its module and compiled it (without a
+    ``.pyc``, the bootstrap's compile was a third of a pool worker's CPU before its
+    first task)."""
+    from fiber.backend.local.template import ForkServer
+
+    source = BIG_JOB + "\n".join(
+        f"def f{i}(a, b=({i}, '{i}')):\n    return [a + b[0] * {i} for _ in range({i} % 3)]"
+        for i in range(2000))
+    (tmp_path / "bigjob.py").write_text(source)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    monkeypatch.setenv("TEMPLATE_ONLY", "1")  # the template's, not the jobs'
+    started = time_compile = __import__("time").process_time()
+    compile(source, "bigjob.py", "exec")
+    time_compile = __import__("time").process_time() - started
+    server = ForkServer(["bigjob"])
+    try:
+        reports = []
+        for i in range(2):
+            out = tmp_path / f"out{i}.json"
+            env = {**os.environ, "JOB_OUT": str(out), "JOB_SECRET": f"s{i}",
+                   "JOB_EXIT": str(3 + i)}
+            del env["TEMPLATE_ONLY"]
+            child = server.spawn("bigjob", env, str(tmp_path), str(tmp_path / f"job{i}.log"), 30)
+            assert child.wait(60) == 3 + i, (tmp_path / f"job{i}.log").read_text()
+            reports.append(__import__("json").loads(out.read_text()))
+    finally:
+        server.close()
+    for i, report in enumerate(reports):
+        assert report["name"] == "__main__" and report["spec"] == "bigjob"
+        assert report["file"] == report["argv0"] == str(tmp_path / "bigjob.py")
+        assert report["package"] == "" and report["loader"] and not report["imported"]
+        assert report["secret"] == f"s{i}" and report["template_only"] is None
+        # compiling it again would cost about time_compile
+        assert report["cpu"] < time_compile / 3, (report["cpu"], time_compile)
+    assert not list(tmp_path.glob("__pycache__"))
+
+
+BIG_MAIN = """
+import os, resource, sys
+import fiber
+
+def report(q):
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    q.put((r.ru_utime + r.ru_stime, sys.modules["__mp_main__"].__file__,
+           MAIN_RUNS_IN == os.getpid()))
+
+MAIN_RUNS_IN = os.getpid()
+
+if __name__ == "__main__":
+    import time
+    with open(__file__) as f:
+        source = f.read()
+    t = time.process_time()
+    compile(source, __file__, "exec")
+    compile_cpu = time.process_time() - t
+    q = fiber.Queue()
+    for _ in range(2):
+        p = fiber.Process(target=report, args=(q,))
+        p.start()
+        cpu, path, ran_here = q.get(timeout=60)
+        p.join()
+        print("job", path == os.path.abspath(__file__), ran_here, p.exitcode,
+              "fast" if cpu < compile_cpu / 3 else f"slow {cpu:.3f} of {compile_cpu:.3f}")
+"""
+
+
+def test_a_job_imports_its_parent_s_main_script_from_the_template_s_code(run_script):
+    """The parent's main script (which Python never caches as bytecode) takes a
+    quarter of a second of CPU to compile; its jobs, forked from the template, import
+    it as ``__mp_main__`` themselves (its top level runs in the job) without compiling
+    it: a job's CPU when its target runs is well under the compile's. Before, every
+    job compiled its parent's script again (runpy.run_path)."""
+    code = BIG_MAIN + "\n".join(
+        f"def f{i}(a, b=({i}, '{i}')):\n    return [a + b[0] * {i} for _ in range({i} % 3)]"
+        for i in range(2000))
+    result = run_script(code, env={"FIBER_BACKEND": "local"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.count("job True True 0 fast") == 2, result.stdout

@@ -11,15 +11,16 @@ it also does, once, the work every job would repeat: loading the installed plugi
 that the parent has imported (fork-safe, no third-party state shared between jobs).
 It does not run the parent's main module nor the other modules it imports (a job runs
 them itself, as multiprocessing's spawn does), but it caches the compiled code of
-those whose bytecode cache is missing or stale (the job then skips compiling an
-unchanged source file, as if a valid ``.pyc`` were there). Before each fork it freezes
+those whose bytecode cache is missing or stale and of the main script (the job then
+skips compiling an unchanged source file, as if a valid ``.pyc`` were there). Before each fork it freezes
 its objects (``gc.freeze()``), so that a job's garbage collections do not write to
 (and copy) the pages it shares with the template. The protocol:
 
 * ``("preload", modules, sources)`` (first, see :func:`preload_plan`): import the
   ``modules``, compile the files of the ``sources`` modules; no answer.
-* ``("spawn", key, module, env, cwd, log_path)`` imports ``module`` here (once), then
-  forks a child in a new session that runs it as ``python -m module`` would, with
+* ``("spawn", key, module, env, cwd, log_path)`` imports ``module`` here (once, and
+  keeps its compiled code: a child does not compile it again), then forks a child in
+  a new session that runs it as ``python -m module`` would, with
   exactly ``env``, in ``cwd``, its output in ``log_path``; answers
   ``("spawned", key, pid)`` or ``("failed", key, message)``.
 * When a child ends it sends ``("exited", pid, returncode)`` (negative signal number
@@ -47,6 +48,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:  # for annotations only (importlib.abc is not imported at start-up)
     from importlib.abc import SourceLoader
+    from importlib.machinery import ModuleSpec
 
 # Standard modules jobs import after they start (absent ones are fine).
 _PRELOAD = ("pkgutil", "encodings.idna")
@@ -99,15 +101,18 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
-        os.environ.clear()
-        os.environ.update(env)
+        _set_environment(env)
         if cwd:
             os.chdir(cwd)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         sys.argv = [module]
         _forget(module)
-        runpy.run_module(module, run_name="__main__", alter_sys=True)
+        job = _job_code.get(module)
+        if job is None:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            _run_as_main(*job)
         code = 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
@@ -119,6 +124,19 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
             code = 1
     finally:
         os._exit(code)
+
+
+def _set_environment(env: Mapping[str, str]) -> None:
+    """Make this process's environment exactly ``env``, changing only the variables
+    that differ (a job's environment is mostly the template's: clearing and refilling
+    it touched every variable, a page fault each on memory shared with the
+    template)."""
+    current = os.environ
+    for name in [name for name in current if name not in env]:
+        del current[name]
+    for name, value in env.items():
+        if current.get(name) != value:
+            current[name] = value
 
 
 def _forget(module: str) -> None:
@@ -236,6 +254,48 @@ def _cached_source_to_code(original: _SourceToCode) -> _SourceToCode:
     return source_to_code
 
 
+def main_source(main: types.ModuleType | None = None) -> list[tuple[str, str]]:
+    """In the parent: its main script's file, for the template to compile once
+    (``[("", path)]``: no module name, as imports here cannot clash with it; the path
+    as multiprocessing's preparation data names it; ``[]`` when the main module is not
+    a Python source file). Python never caches
+    a script's bytecode, so without this every job compiles it again."""
+    main = main if main is not None else sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return []
+    path = os.path.normpath(os.path.abspath(path))
+    return [("", path)] if os.path.isfile(path) else []
+
+
+_CodeFromFile = Callable[..., Any]
+
+
+def _cached_code_from_file(original: _CodeFromFile) -> _CodeFromFile:
+    """runpy's private ``_get_code_from_file`` (``run_path``'s compile of a script,
+    which is how a job imports its parent's main script), answered from the code this
+    template compiled when the file's bytes are the same. Its signature and return
+    differ by version (``(run_name, fname) -> (code, fname)`` before 3.13, ``(fname)
+    -> code`` since): the file is the last argument, and a hit is returned in the
+    shape the original returns."""
+
+    def get_code_from_file(*args: Any) -> Any:
+        fname = args[-1]
+        hit = _compiled.get(fname) if isinstance(fname, str) else None
+        if hit is not None:
+            try:
+                with open(fname, "rb") as f:
+                    same = f.read() == hit[0]
+            except OSError:
+                same = False
+            if same:
+                return (hit[1], fname) if len(args) == 2 else hit[1]
+        return original(*args)
+
+    get_code_from_file.fiber_cached = True  # type: ignore[attr-defined]
+    return get_code_from_file
+
+
 def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) -> None:
     """In the template: import ``names`` (each only if it resolves to the same file
     as in the parent), compile the files of ``sources`` not imported here for the
@@ -246,7 +306,7 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
 
     total = 0
     for name, path in sources:
-        if name in sys.modules:
+        if name and name in sys.modules:
             continue
         try:
             with open(path, "rb") as f:
@@ -260,6 +320,9 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
     if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
         SourceFileLoader.source_to_code = _cached_source_to_code(  # type: ignore[method-assign]  # the template's loaders reuse its compiled code on purpose
             SourceFileLoader.source_to_code)
+    if _compiled and not getattr(runpy._get_code_from_file, "fiber_cached", False):  # type: ignore[attr-defined]  # private: see _cached_code_from_file
+        runpy._get_code_from_file = _cached_code_from_file(  # type: ignore[attr-defined]
+            runpy._get_code_from_file)  # type: ignore[attr-defined]
     with warnings.catch_warnings():
         # a deprecated module warned in the parent already; not once more from here
         warnings.simplefilter("ignore")
@@ -274,17 +337,44 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
                 continue
 
 
+# a job module's spec and compiled code, found once here (see :func:`_import_once`)
+_job_code: dict[str, tuple[ModuleSpec, types.CodeType]] = {}
+
+
 def _import_once(module: str) -> None:
     """Import a job's module before forking, for the modules it imports (the child
-    runs the module itself afresh: :func:`_forget`); a failure is the job's to
-    report."""
-    if module not in sys.modules:
-        import importlib
+    runs the module itself afresh: :func:`_forget`), and keep its spec and compiled
+    code, so that a child neither searches for the module nor compiles it (without a
+    bytecode cache, e.g. under ``PYTHONDONTWRITEBYTECODE``, that compile was most of a
+    job's CPU before its first task); a failure is the job's to report."""
+    if module in _job_code:
+        return
+    import importlib
+    import importlib.util
 
-        try:
+    try:
+        spec = importlib.util.find_spec(module)
+        # a package (``-m`` runs its __main__) or a loader without code: runpy's way
+        if spec is not None and spec.submodule_search_locations is None and spec.loader:
+            code = spec.loader.get_code(module)  # type: ignore[attr-defined]  # a SourceLoader's (None from others: runpy's way)
+            if code is not None:
+                _job_code[module] = (spec, code)
+        if module not in sys.modules:
             importlib.import_module(module)
-        except Exception:  # noqa: BLE001 - the job imports it again and reports it
-            pass
+    except Exception:  # noqa: BLE001 - the job imports it again and reports it
+        pass
+
+
+def _run_as_main(spec: ModuleSpec, code: types.CodeType) -> None:
+    """In the child: run a job module's code as ``python -m`` runs a module, as
+    ``__main__`` with the globals runpy gives it and ``sys.argv[0]`` its file."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=spec.origin, __cached__=spec.cached, __doc__=None,
+                         __loader__=spec.loader, __package__=spec.parent, __spec__=spec)
+    sys.modules["__main__"] = main
+    if spec.origin:
+        sys.argv[0] = spec.origin
+    exec(code, main.__dict__)
 
 
 def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:

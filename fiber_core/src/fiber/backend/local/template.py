@@ -100,6 +100,7 @@ class ForkServer:
         # what the template can do once for all jobs (see its module)
         names, sources = forkserver.preload_plan()
         names.extend(forkserver.module_files(job_modules))
+        sources.extend(forkserver.main_source())
         forkserver.send_message(self._sock, ("preload", names, sources))
         self.dead = False
         self._closing = False
