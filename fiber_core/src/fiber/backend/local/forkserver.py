@@ -320,9 +320,10 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
     if _compiled and "source_to_code" not in SourceFileLoader.__dict__:
         SourceFileLoader.source_to_code = _cached_source_to_code(  # type: ignore[method-assign]  # the template's loaders reuse its compiled code on purpose
             SourceFileLoader.source_to_code)
-    if _compiled and not getattr(runpy._get_code_from_file, "fiber_cached", False):  # type: ignore[attr-defined]  # private: see _cached_code_from_file
-        runpy._get_code_from_file = _cached_code_from_file(  # type: ignore[attr-defined]
-            runpy._get_code_from_file)  # type: ignore[attr-defined]
+    # private: see _cached_code_from_file; a Python without it compiles as before
+    get_code = getattr(runpy, "_get_code_from_file", None)
+    if _compiled and get_code is not None and not getattr(get_code, "fiber_cached", False):
+        runpy._get_code_from_file = _cached_code_from_file(get_code)  # type: ignore[attr-defined]
     with warnings.catch_warnings():
         # a deprecated module warned in the parent already; not once more from here
         warnings.simplefilter("ignore")
