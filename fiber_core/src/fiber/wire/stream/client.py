@@ -227,6 +227,17 @@ class StreamClient:
             ready, _, _ = select.select([self._sock], [], [], left)
             if not ready:
                 raise TimeoutError
+        if not buf:
+            # the usual case: one whole frame per read, taken from the read buffer
+            # without passing the bytearray of what is left
+            got = self._sock.recv_into(self._chunk)
+            if not got:
+                raise ConnectionResetError("connection closed")
+            if got >= _FRAME.size:
+                size, line = _FRAME.unpack_from(self._chunk)
+                if got == _FRAME.size + size:
+                    return line, bytes(memoryview(self._chunk)[_FRAME.size:got])
+            buf += memoryview(self._chunk)[:got]
         while len(buf) < _FRAME.size:
             got = self._sock.recv_into(self._chunk)
             if not got:
