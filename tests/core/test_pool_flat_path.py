@@ -128,6 +128,27 @@ def test_a_call_sent_directly_runs_again_when_its_worker_is_killed(tmp_path):
         assert pool.stats().lost >= 1
 
 
+def test_a_loop_of_calls_keeps_to_the_worker_of_the_last_result():
+    """Real pool: sequential ``apply`` calls on an idle Pool(3) all go to the worker
+    whose result came last (its connection is the one the caller read last, still out
+    of the stream selector), as the floor's loop keeps to one socket; before, idle
+    workers took turns (3 pids). Calls submitted together still spread over the idle
+    workers."""
+    with fiber.Pool(3) as pool:
+        pool.map(abs, range(6))  # every worker up, both lines open
+        deadline = time.monotonic() + 30
+        while pool.stats().idle < 3:  # (the map's last results, read by the selector)
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        pids = [pool.apply(os.getpid) for _ in range(30)]
+        assert len(set(pids)) == 1
+        together = [pool.apply_async(time.sleep, (0.5,)) for _ in range(3)]
+        busy = pool.stats().busy
+        for r in together:
+            r.get(timeout=30)
+        assert busy == 3
+
+
 class _Echo:
     """A channel that answers each request with its payload, the ones starting with
     b"late" only when told to."""

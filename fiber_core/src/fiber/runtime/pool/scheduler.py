@@ -157,6 +157,7 @@ class Scheduler:
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
+        self.recent: Worker | None = None  # the worker whose batch ended last
 
     # -- what fiber.Pool asks (its whole interface to the table; docs/architecture.md) --
     # Pool also calls check_running, submit_call, submit_chunks, feed_ended and close,
@@ -345,6 +346,7 @@ class Scheduler:
         self.failed += failed
         if w.order and w.order[0] == line:
             w.order.rotate(-1)  # the worker now waits on its other line
+        self.recent = w
         self.park(w, line, request)
         return done
 
@@ -533,8 +535,22 @@ class Scheduler:
 
     def idle_worker(self) -> Worker | None:
         """A worker with nothing to do and a line to answer (the first choice of
-        :meth:`next_worker`), or None."""
+        :meth:`next_worker`), or None: the one whose result came last, when that made
+        it idle (:attr:`recent`), else the one idle longest. The worker of the last
+        result has the connection read last (a caller in ``get()`` may still hold it
+        out of the stream selector, so the next ``get()`` reads it with no system call
+        more and no other thread sees its reply) and the process likeliest to be on a
+        CPU: a loop of ``apply_async(...).get()`` keeps to one worker, as the floor's
+        loop keeps to one socket."""
         idle = self.idle
+        if idle:
+            w = idle[-1]
+            if w is self.recent and w.listed == IDLE_LIST:
+                idle.pop()  # (relisted by that result: the last entry)
+                w.listed = ""
+                if w.alive and not w.stopping and w.free_line() is not None \
+                        and (self.maxtasks is None or w.dispatched < self.maxtasks):
+                    return w
         while idle:
             w = idle.popleft()
             if w.listed != IDLE_LIST:
