@@ -699,6 +699,8 @@ class Scheduler:
             self.starting -= 1
         self.outstanding -= len(w.held) + (1 if w.recalling else 0)
         self.workers.pop(w.id, None)
+        if self.recent is w:
+            self.recent = None  # (its record and process object are not kept for it)
         if w.peer is not None:
             self.by_peer.pop(w.peer, None)
         if self.state == TERMINATE:
