@@ -340,7 +340,7 @@ class Pool:
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
         with self._lock:
             task = self._scheduler.submit_call(func, args, kwds, result)
-        result._direct = functools.partial(wait_directly, task, result)
+        result._task, result._direct = task, wait_directly
         return result
 
     def _size_hint(self) -> int:

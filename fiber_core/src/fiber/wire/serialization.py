@@ -104,9 +104,9 @@ def dumps(obj: Any, shared: Callable[[], int | None] | None = None) -> bytes:
     go into a shared-memory segment and the result is a :class:`Shared`."""
     buffers: list[pickle.PickleBuffer] = []
     data = _pickle(obj, buffers)
+    if not buffers:
+        return data  # (most messages: nothing out of band)
     big = [b.raw() for b in buffers]
-    if not big:
-        return data
     total = sum(m.nbytes for m in big)
     if total < OOB_THRESHOLD:
         return _pickle(obj, None)
@@ -215,10 +215,11 @@ def loads(body: bytes | memoryview,
     process of the run, trusted), so that is :mod:`pickle`'s to say. ``load`` (called
     as :func:`pickle.loads` is) unpickles the pickle."""
     view = memoryview(body)
-    if view[:1] == _SHM:
+    first = view[:1]
+    if first == _SHM:
         buffers, data = _attach(view)
         return load(data, buffers=buffers)
-    if view[:1] != _OOB:
+    if first != _OOB:
         return load(view)
     data, buffers = _parse_oob(view)
     # writable copies, as a multiprocessing receiver would get

@@ -72,6 +72,8 @@ def workers_per_job(value: Any) -> None:
 def callbacks(callback: object, error_callback: object) -> None:
     """Callbacks are checked at the call (multiprocessing's result thread dies on one
     that is not callable, and its pool hangs)."""
+    if callback is None and error_callback is None:
+        return  # (an apply_async's usual case: no call more)
     arguments.callable_or_none("callback", callback)
     arguments.callable_or_none("error_callback", error_callback)
 

@@ -36,8 +36,10 @@ class ApplyResult(Generic[_T]):
         self._done.acquire()  # released once, when the outcome is in
         self._claim = _thread.allocate_lock()  # taken by the first outcome
         self._ready = False
-        # set by the pool: waits by reading the worker's connection on this thread
-        self._direct: Callable[[float | None], None] | None = None
+        # set by the pool: waits by reading the worker's connection on this thread,
+        # called as ``_direct(_task, self, timeout)``
+        self._direct: Callable[[Any, ApplyResult[_T], float | None], None] | None = None
+        self._task: Any = None
         self._callback = callback
         self._error_callback = error_callback
         self._success = False
@@ -56,7 +58,7 @@ class ApplyResult(Generic[_T]):
             return
         if self._direct is not None and (timeout is None or timeout > 0):
             deadline = None if timeout is None else time.monotonic() + timeout
-            self._direct(timeout)
+            self._direct(self._task, self, timeout)
             if self._ready:
                 return
             if deadline is not None:

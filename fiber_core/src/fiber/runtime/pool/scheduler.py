@@ -157,6 +157,7 @@ class Scheduler:
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
+        self.recent: Worker | None = None  # the worker whose batch ended last
 
     # -- what fiber.Pool asks (its whole interface to the table; docs/architecture.md) --
     # Pool also calls check_running, submit_call, submit_chunks, feed_ended and close,
@@ -222,12 +223,26 @@ class Scheduler:
 
     def submit_call(self, func: Callable[..., Any], args: Iterable[Any],
                     kwds: Mapping[str, Any] | None, sink: Sink) -> Task:
-        """Queue ``func(*args, **kwds)`` and hand out what can be."""
+        """Queue ``func(*args, **kwds)`` and hand out what can be. With nothing queued
+        and a worker idle, the task goes to that worker at once (the worker
+        :meth:`next_worker` would pick, as a batch of one): an ``apply_async`` round
+        trip passes no queue and no batch sizing."""
         if self.state != RUN or self.broken is not None:
             self.check_running()
         task = Task(next(self.task_ids), self.func_id(func), _CALL,
-                    (tuple(args), dict(kwds or {})), sink, 0, 1)
-        self.queue.append(task)
+                    (tuple(args), dict(kwds) if kwds else {}), sink, 0, 1)
+        w = None if self.queue else self.idle_worker()
+        if w is None:
+            self.queue.append(task)
+        else:
+            line = w.free_line()
+            assert line is not None  # idle_worker() returns workers with one
+            sent = self.hand(w, line, [task], False)
+            if w.free_line() is not None:
+                self.relist(w)
+            if sent:
+                return task
+            # (its worker is gone: hand() queued the task, for the others)
         self.dispatch_waiting()
         return task
 
@@ -331,6 +346,7 @@ class Scheduler:
         self.failed += failed
         if w.order and w.order[0] == line:
             w.order.rotate(-1)  # the worker now waits on its other line
+        self.recent = w
         self.park(w, line, request)
         return done
 
@@ -439,10 +455,17 @@ class Scheduler:
                     batch.append(task)
                     items += task.count
                     size -= 1
+        return self.hand(w, line, batch, first.alone)
+
+    def hand(self, w: Worker, line: int, batch: list[Task], alone: bool) -> bool:
+        """Answer ``w``'s parked ``line`` with ``batch`` (taken from the queue, or a
+        task just submitted; ``alone``: a suspect batch). False when the worker is gone:
+        the batch is then back at the front of the queue. A task whose arguments cannot
+        be pickled fails (True: something was done)."""
         # the give line is asked for with the worker's first batch and stays open (the
         # worker reads it on another connection: it costs no wake-up per batch)
-        flags: int | bool = first.alone
-        if not w.give_open and not first.alone:
+        flags: int | bool = alone
+        if not w.give_open and not alone:
             flags = BatchFlag.OPEN_GIVE
         wire = []
         for task in batch:
@@ -472,14 +495,14 @@ class Scheduler:
             w.dispatched -= len(batch)
             for task in reversed(batch):
                 task.worker = None
-                queue.appendleft(task)
+                self.queue.appendleft(task)
             return False
         w.sent[line] += 1
         w.awaiting = False
         self.outstanding += 1
         if flags == BatchFlag.OPEN_GIVE:
             w.give_open = True  # its GIVE comes
-        if (len(batch) > 1 or len(w.held) > 1) and not first.alone:
+        if (len(batch) > 1 or len(w.held) > 1) and not alone:
             self.holders[w.id] = w  # it holds tasks it has not started
         return True
 
@@ -510,20 +533,49 @@ class Scheduler:
         take the first tasks of the others)."""
         return len(self.queue) > self.starting
 
-    def next_worker(self) -> Worker | None:
-        """A worker with a line to answer: one with nothing to do, else a busy one (not
-        one that has had its ``maxtasks``: it is let go once its results are in)."""
-        for name, listing in ((IDLE_LIST, self.idle), (SPARE, self.spare)):
-            if listing is self.spare and not self.may_prefetch():
-                return None
-            while listing:
-                w = listing.popleft()
-                if w.listed != name:
-                    continue  # a stale entry: it moved to the other list
+    def idle_worker(self) -> Worker | None:
+        """A worker with nothing to do and a line to answer (the first choice of
+        :meth:`next_worker`), or None: the one whose result came last, when that made
+        it idle (:attr:`recent`), else the one idle longest. The worker of the last
+        result has the connection read last (a caller in ``get()`` may still hold it
+        out of the stream selector, so the next ``get()`` reads it with no system call
+        more and no other thread sees its reply) and the process likeliest to be on a
+        CPU: a loop of ``apply_async(...).get()`` keeps to one worker, as the floor's
+        loop keeps to one socket."""
+        idle = self.idle
+        if idle:
+            w = idle[-1]
+            if w is self.recent and w.listed == IDLE_LIST:
+                idle.pop()  # (relisted by that result: the last entry)
                 w.listed = ""
                 if w.alive and not w.stopping and w.free_line() is not None \
                         and (self.maxtasks is None or w.dispatched < self.maxtasks):
                     return w
+        while idle:
+            w = idle.popleft()
+            if w.listed != IDLE_LIST:
+                continue  # a stale entry: it moved to the other list
+            w.listed = ""
+            if w.alive and not w.stopping and w.free_line() is not None \
+                    and (self.maxtasks is None or w.dispatched < self.maxtasks):
+                return w
+        return None
+
+    def next_worker(self) -> Worker | None:
+        """A worker with a line to answer: one with nothing to do, else a busy one (not
+        one that has had its ``maxtasks``: it is let go once its results are in)."""
+        w = self.idle_worker()
+        if w is not None or not self.may_prefetch():
+            return w
+        spare = self.spare
+        while spare:
+            w = spare.popleft()
+            if w.listed != SPARE:
+                continue  # a stale entry: it moved to the other list
+            w.listed = ""
+            if w.alive and not w.stopping and w.free_line() is not None \
+                    and (self.maxtasks is None or w.dispatched < self.maxtasks):
+                return w
         return None
 
     # -- taking back tasks not started (work stealing) -------------------------------
@@ -647,6 +699,8 @@ class Scheduler:
             self.starting -= 1
         self.outstanding -= len(w.held) + (1 if w.recalling else 0)
         self.workers.pop(w.id, None)
+        if self.recent is w:
+            self.recent = None  # (its record and process object are not kept for it)
         if w.peer is not None:
             self.by_peer.pop(w.peer, None)
         if self.state == TERMINATE:

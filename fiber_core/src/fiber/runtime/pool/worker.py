@@ -93,7 +93,7 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
         if giver is not None and not giver.begin(task_id):
             continue  # given back: another worker runs it
         func = funcs[func_id]
-        began = _clock()
+        began = 0.0 if early is None else _clock()
         try:
             if giver is not None and giver.error is not None:
                 raise giver.error  # its thread died: the task fails with the cause

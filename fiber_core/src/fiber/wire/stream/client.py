@@ -56,9 +56,14 @@ class StreamClient:
                 "(it has exited, or this host cannot reach that address; see the "
                 "listen_address setting)") from None
         self._send_lock = threading.Lock()
+        # the reader token: held by the one thread that reads the socket (a waiter in
+        # _wait, or drain); a plain lock, so that a lone reader (a pool worker's main
+        # thread) pays no Condition per reply
+        self._reader = threading.Lock()
+        # threads that wait for another to read (they sleep on _cond; counted under it)
         self._cond = threading.Condition()
+        self._waiting = 0
         self._replies: dict[int, collections.deque[bytes]] = {}
-        self._reading = False
         self._rbuf = bytearray()
         self._chunk = bytearray(READ_SIZE)
         self._lines = itertools.count(1)
@@ -119,41 +124,61 @@ class StreamClient:
 
     def _wait(self, line: int, timeout: float | None) -> bytes:
         """The next reply on ``line``. One waiting thread at a time reads the socket
-        and hands other lines' replies to their waiters."""
+        (it holds the reader token) and hands other lines' replies to their waiters;
+        a frame for its own line it returns without queueing it. Threads that find the
+        token taken sleep on the condition, and the reader wakes them only when there
+        are any (:meth:`_handed`)."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        queue = self._replies.get(line)
         while True:
+            if queue:
+                try:
+                    return queue.popleft()
+                except IndexError:  # another thread waiting on this line took it
+                    pass
+            if self.lost:
+                raise ConnectionLostError(f"the connection to {self.address} is lost")
+            if self._reader.acquire(False):
+                if queue:  # came while the token was being taken
+                    self._handed()
+                    continue
+                try:
+                    got_line, body = self._read_frame(deadline)
+                except TimeoutError:
+                    self._handed()
+                    raise _timeout(self.address, timeout) from None
+                except OSError:
+                    self._handed()
+                    self._lose()
+                    raise ConnectionLostError(
+                        f"the connection to {self.address} is lost") from None
+                if got_line == line:
+                    self._handed()
+                    return body
+                other = self._replies.get(got_line)
+                if other is not None:
+                    other.append(body)
+                self._handed()
+                continue
             with self._cond:
-                while True:
-                    queue = self._replies.get(line)
-                    if queue:
-                        return queue.popleft()
-                    if self.lost:
-                        raise ConnectionLostError(f"the connection to {self.address} is lost")
-                    if not self._reading:
-                        self._reading = True
-                        break
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise _timeout(self.address, timeout)
-                    self._cond.wait(left)
-            try:
-                got = self._read_frame(deadline)
-            except TimeoutError:
-                with self._cond:
-                    self._reading = False
-                    self._cond.notify_all()
-                raise _timeout(self.address, timeout) from None
-            except OSError:
-                with self._cond:
-                    self._reading = False
-                self._lose()
-                raise ConnectionLostError(f"the connection to {self.address} is lost") from None
+                self._waiting += 1
+                try:
+                    while not queue and not self.lost and self._reader.locked():
+                        left = None if deadline is None else deadline - time.monotonic()
+                        if left is not None and left <= 0:
+                            raise _timeout(self.address, timeout)
+                        self._cond.wait(left)
+                finally:
+                    self._waiting -= 1
+
+    def _handed(self) -> None:
+        """Give the reader token back, and wake the threads waiting on other lines (for
+        the replies it queued, or to take the token) if there are any. A waiter counts
+        itself before it checks the token, so one that checked while it was held is
+        woken here."""
+        self._reader.release()
+        if self._waiting:
             with self._cond:
-                self._reading = False
-                got_line, body = got
-                queue = self._replies.get(got_line)
-                if queue is not None:
-                    queue.append(body)
                 self._cond.notify_all()
 
     def drain(self) -> None:
@@ -164,10 +189,8 @@ class StreamClient:
         kernel throws away what it had sent but not yet delivered (results held back by
         a network outage); with nothing unread, the connection closes in order and
         those results still reach the master once the network is back."""
-        with self._cond:
-            if self._reading or self.lost:
-                return
-            self._reading = True
+        if self.lost or not self._reader.acquire(False):
+            return
         buf = self._rbuf
         try:
             while True:
@@ -183,18 +206,16 @@ class StreamClient:
         except OSError:
             pass  # the next waiter's read finds it
         finally:
-            with self._cond:
-                while len(buf) >= _FRAME.size:
-                    size, line = _FRAME.unpack_from(buf)
-                    end = _FRAME.size + size
-                    if len(buf) < end:
-                        break  # the rest of a frame is still on its way
-                    queue = self._replies.get(line)
-                    if queue is not None:
-                        queue.append(bytes(buf[_FRAME.size:end]))
-                    del buf[:end]
-                self._reading = False
-                self._cond.notify_all()
+            while len(buf) >= _FRAME.size:
+                size, line = _FRAME.unpack_from(buf)
+                end = _FRAME.size + size
+                if len(buf) < end:
+                    break  # the rest of a frame is still on its way
+                queue = self._replies.get(line)
+                if queue is not None:
+                    queue.append(bytes(buf[_FRAME.size:end]))
+                del buf[:end]
+            self._handed()
 
     def _read_frame(self, deadline: float | None) -> tuple[int, bytes]:
         """The next frame (line, body); raises :class:`OSError` when the connection
@@ -206,6 +227,17 @@ class StreamClient:
             ready, _, _ = select.select([self._sock], [], [], left)
             if not ready:
                 raise TimeoutError
+        if not buf:
+            # the usual case: one whole frame per read, taken from the read buffer
+            # without passing the bytearray of what is left
+            got = self._sock.recv_into(self._chunk)
+            if not got:
+                raise ConnectionResetError("connection closed")
+            if got >= _FRAME.size:
+                size, line = _FRAME.unpack_from(self._chunk)
+                if got == _FRAME.size + size:
+                    return line, bytes(memoryview(self._chunk)[_FRAME.size:got])
+            buf += memoryview(self._chunk)[:got]
         while len(buf) < _FRAME.size:
             got = self._sock.recv_into(self._chunk)
             if not got:

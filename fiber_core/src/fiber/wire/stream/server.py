@@ -50,6 +50,8 @@ __all__ = ["StreamAdmission", "StreamListener", "StreamRequest"]
 logger = logging.getLogger("fiber")
 
 _RECHECK = 0.1  # seconds between checks of a direct reader's condition
+_RECHECK_MS = math.ceil(_RECHECK * 1000)
+_POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
 # a connection a caller read directly stays out of the selector this long after (so that
 # a loop of get()s does not pay two epoll_ctl each): the selector takes it back when it
 # has been left alone this long, within twice this time
@@ -286,22 +288,26 @@ class StreamListener:
                     return False
         deadline = None if timeout is None else time.monotonic() + timeout
         poller = select.poll()
-        poller.register(conn.sock, select.POLLIN)
+        sock = conn.sock
+        poller.register(sock, _POLLIN)
+        mask = _POLLIN
         alive = True
         try:
             while not done():
                 # done() is checked again at least every _RECHECK seconds: what it waits
                 # for may happen elsewhere (its task moved to another connection)
-                wait = _RECHECK
+                wait = _RECHECK_MS
                 if deadline is not None:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         break
-                    wait = min(wait, left)
-                wait = math.ceil(wait * 1000)
+                    wait = min(wait, math.ceil(left * 1000))
                 # what this thread's replies could not write at once is written here
                 # too: the selector does not watch the connection meanwhile
-                poller.modify(conn.sock, select.POLLIN | (select.POLLOUT if conn._out else 0))
+                want = (_POLLIN | _POLLOUT) if conn._out else _POLLIN
+                if want != mask:
+                    mask = want
+                    poller.modify(sock, mask)
                 events = poller.poll(wait)
                 if not events:
                     continue
