@@ -55,6 +55,7 @@ def test_targets_are_ratios_to_the_floor():
     assert "2x" in rt_text and rt == pytest.approx(1.98) and rt_met is True
     assert "1.15x" in rd_text and rd == pytest.approx(1.25) and rd_met is False
     assert [met for _, _, met in floor.judge(m, "mp-fork")] == [False, True]
+    # private: a unit test of the report's verdict wording
     assert floor._verdict(1.25, False, 1.15) == "**missed by 1.09x**"
     assert [r for _, r, _ in floor.judge({})] == [None, None]
 
@@ -200,6 +201,7 @@ def test_results_from_before_the_scale_rows_still_render():
     del cfg["scale_runs"]
     cfg.update(scale_sizes=[16], scale_task_seconds=0.5, scale_tasks_per_worker=2)
     data["runs"] = [{"kind": "scale", "contender": "fiber"}]
+    # private: a unit test of the report's scale table
     row = next(line for line in report._scale(data) if line.startswith("| 16 | fiber"))
     assert "| 0.997 |" in row and "0.41" in row
 

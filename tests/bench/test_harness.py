@@ -202,6 +202,7 @@ def test_backend_runs_are_summarized(smoke: tuple, tmp_path: Path) -> None:
     (tmp_path / "unfinished" / "latest.json").write_text(json.dumps({"meta": run["meta"]}))
     runs = report.backend_runs(tmp_path)
     assert [r["meta"]["fiber_backend"] for r in runs] == ["docker"]
+    # private: a unit test of the report's backend summary
     lines = report._backend_summary(runs)
     (row,) = [line for line in lines if line.startswith("| `docker`")]
     cells = [c.strip() for c in row.strip("|").split("|")]

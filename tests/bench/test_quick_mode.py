@@ -35,6 +35,7 @@ def _worker(tmp_path: Path, cfg: dict) -> dict:
     out = tmp_path / "result.json"
     spec = json.dumps({"kind": "pool", "contender": "mp-fork", "config": cfg})
     proc = subprocess.run([sys.executable, "-m", "bench.worker", spec, str(out)], cwd=REPO,
+                          # private: the environment bench's runner gives its runs
                           env=runner._env(), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())

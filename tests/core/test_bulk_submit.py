@@ -122,6 +122,8 @@ def test_requests_during_a_call_wait_for_the_next(faulty, monkeypatch):
                    for i in range(1, 7)]
         for thread in waiting:
             thread.start()
+        # private read: only the submitter's queue shows the six creations gathered behind the
+        # leader
         while len(submit.submitter(backend)._pending) < 6:
             threading.Event().wait(0.01)
         release.set()
@@ -139,6 +141,7 @@ def test_a_backend_without_bulk_is_called_per_job(faulty):
         job = submit.create(backend, _spec(0))
         assert backend.wait(job, 30) is not None
         assert faulty.bulk_calls == []
+        # private read: that no submitter was made for a backend without bulk
         assert id(backend) not in submit._submitters
     finally:
         backend.close()

@@ -84,6 +84,7 @@ def test_every_command_and_option_has_help():
     from fiber import cli
 
     top = cli.parser()
+    # argparse lists no parser's sub-commands publicly: its internals give each command's help
     commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     helped = {choice.dest: choice.help for choice in commands._choices_actions}
     assert set(helped) == set(commands.choices) and all(helped.values())

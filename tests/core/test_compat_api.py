@@ -241,6 +241,7 @@ def test_reduction_register_applies_to_fibers_wire():
         import copyreg
 
         copyreg.dispatch_table.pop(_Point, None)
+        # multiprocessing's ForkingPickler has register() and no unregister: undone by hand
         fiber.reduction.ForkingPickler._extra_reducers.pop(_Point, None)
 
 

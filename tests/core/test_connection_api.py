@@ -324,6 +324,8 @@ def test_no_thread_or_descriptor_left_after_close():
     try:
         assert rep_r.poll(60)
         remote = rep_r.recv()  # an end whose mailbox is in the child
+        # private read: an end received from a child has no mailbox here (else it would be a
+        # copy)
         assert remote._channel is None
         remote.poll(0)  # the connection to the child's hub exists before counting
         local_a, local_b = Pipe()

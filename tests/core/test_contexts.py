@@ -68,6 +68,7 @@ def test_each_context_s_jobs_get_its_own_settings():
     p2.join(60)
     p3.join(60)
     assert (p2.exitcode, p3.exitcode) == (0, 0)
+    # private read: a Process shows its job, not the backend instance, which only its Popen holds
     assert p2._popen is None or p2._popen.backend is two.run_target().backend()
     # a context's Process is still fiber's (and multiprocessing's API)
     assert issubclass(two.Process, fiber.Process)

@@ -26,6 +26,7 @@ def test_a_program_that_starts_nothing_registers_no_exit_step(run_script):
 
         fiber.get_context()
         fiber.get_config_value("backend")
+        # private read: the exit steps registered (no API lists them)
         print(sorted(util._callbacks))
     """)
     assert result.returncode == 0, result.stderr
@@ -47,6 +48,7 @@ def test_steps_of_a_program_with_a_child_and_a_queue(run_script):
             p = fiber.Process(target=child, args=(q,))
             p.start()
             print(q.get(timeout=60), flush=True)
+            # private read: the exit steps and their order (no API lists them)
             steps = sorted(util._callbacks.items(), key=lambda item: -item[1][0])
             print(" ".join(name for name, _ in steps), flush=True)
             for name, (priority, step) in list(util._callbacks.items()):

@@ -63,6 +63,7 @@ def test_cached_code_is_used_only_for_the_same_source(tmp_path):
 
     source = b"VALUE = 1\n"
     code = compile(source, "m.py", "exec", dont_inherit=True)
+    # private: a unit test of the forkserver's compile cache, filled and read directly
     forkserver._compiled["m.py"] = (source, code)
     try:
         cached = forkserver._cached_source_to_code(original)
@@ -161,6 +162,7 @@ def test_template_imports_stdlib_quietly_and_skips_denied(run_script, method):
 LOG_SCRIPT = """
     import sys
     import fiber
+    from fiber.runtime import run
 
     def child():
         print("child ran", file=sys.stderr)
@@ -170,7 +172,7 @@ LOG_SCRIPT = """
             p = fiber.Process(target=child)
             p.start()
             p.join()
-            print(repr(p._popen.backend.logs(p._popen.job)))
+            print(repr(run.backend().logs(p.job)))  # its backend: the default
 """
 
 

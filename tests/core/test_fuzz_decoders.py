@@ -152,6 +152,7 @@ def _feed(admission, data: bytes, pieces: list[int], limit: int, header: int) ->
         pos += n
         assert isinstance(reply, bytes)
         replies.append(reply)
+        # private read: the admission buffer's size (the bound fuzzed)
         assert len(admission._buf) <= max(limit, header)  # memory bounded
     return replies
 
@@ -347,6 +348,7 @@ def test_connecting_side_reads_the_frames_and_only_raises_oserror(data, pieces):
         try:
             with pytest.raises(OSError):
                 for _ in range(1000):
+                    # private: the client's frame decoder, fuzzed directly
                     got.append(client._read_frame(None))
         finally:
             writer.join()
@@ -375,6 +377,7 @@ def test_connecting_side_drain_queues_what_came(data):
     with pytest.MonkeyPatch.context() as monkeypatch:
         client = _client_over(ours, monkeypatch)
     try:
+        # private read: the line numbers the contexts took, and the replies filed under each
         lines = [client.context()._line for _ in range(3)]  # lines 2-4; 1 is the default
         theirs.sendall(data[:100_000])
         client.drain()
@@ -528,6 +531,7 @@ def test_hub_pieces(hub, messages):
     try:
         for message in messages:
             request = _Request()
+            # private: the hub's reassembly of PART messages, fuzzed directly
             whole = hub._piece(request, pipe, message)
             if len(message) < 1 + PART_HEADER.size:
                 assert whole is None and request.replies == [(ERROR, b"malformed request")]
@@ -561,6 +565,7 @@ def _within(view: memoryview, part: memoryview) -> None:
 @given(_body)
 def test_body_framing_raises_only_unpickling_error(body):
     view = memoryview(body)
+    # private: the decoders of out-of-band and shared-memory bodies, fuzzed directly
     for parse in (serialization._parse_oob, serialization._parse_shared):
         try:
             parsed = parse(view)

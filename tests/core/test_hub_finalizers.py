@@ -34,6 +34,7 @@ def test_a_finalizer_may_remove_a_channel_while_the_hub_lock_is_held():
 
         def collect_inside_the_lock() -> None:
             nonlocal owner
+            # private: the collector must run inside the hub's own lock, as it can in real use
             with hub._lock:  # as in Hub.stream_address, when the collector runs there
                 del owner
                 gc.collect()

@@ -50,6 +50,8 @@ def test_managers_keeps_only_its_own_names():
 
 
 def test_the_standard_library_has_every_name_taken():
+    # private: the check fiber makes when it imports multiprocessing.managers' internals, called
+    # directly
     stdlib._check()  # the Python running the tests
 
 
@@ -75,6 +77,7 @@ def test_every_proxy_class_unpickles_in_a_process_without_managers():
     SyncManager's proxy pickles by reference."""
     import pickle
 
+    # BaseManager._registry is multiprocessing's own (the registered typeids and proxies)
     classes = {entry[-1] for entry in managers.SyncManager._registry.values()
                if isinstance(entry[-1], type)}
     code = ("import pickle, sys; classes = pickle.loads(sys.stdin.buffer.read()); "

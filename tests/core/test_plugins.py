@@ -76,23 +76,37 @@ def test_third_party_plugin_is_discovered(run_script):
     assert "[(0, 'seen'), (2, 'seen'), (4, 'seen')]" in result.stdout
 
 
+# The example backend runs the shipped suite's contract and its Process, Queue and Pipe
+# modules, not the whole suite (98 tests, 103 s of the core env's 823 s in CI): the
+# other portable modules (Pool, Manager, shared state, Ring...) drive fiber-core's code
+# over a job mechanism the contract and the Process tests already prove for this
+# backend, and they run in full in this same env on the local backend (the core env's
+# --fiber-backend local adds the suite) and on each engine's env. What only this test
+# shows stays whole: a third party's folder, its conftest's fiber_cluster reaching the
+# suite of the installed fiber, the contract on a backend fiber does not ship, and no
+# job left in its spool.
+SUITE_PART = ("test_contract.py", "test_process.py", "test_queues_pipes.py")
+
+
 @pytest.mark.slow
 @pytest.mark.usefixtures("example_installed")
 def test_example_plugin_passes_the_shipped_suite():
     """A third party's view: in the example plugin's folder, `pytest --fiber-backend
-    example` runs fiber's backend suite (the contract and the portable tests, from the
-    installed fiber) on the example backend, whose conftest.py starts its "cluster" (a
-    spool directory) and checks at the end that no job was left in it."""
+    example` runs fiber's backend suite (the contract and portable tests, from the
+    installed fiber; here the modules of SUITE_PART, see above) on the example backend,
+    whose conftest.py starts its "cluster" (a spool directory) and checks at the end
+    that no job was left in it."""
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "--fiber-backend", "example", "-q", "-rs",
-         "-p", "no:cacheprovider"],
+         "-p", "no:cacheprovider", "-k", " or ".join(SUITE_PART)],
         cwd=EXAMPLE, capture_output=True, text=True, timeout=1200)
     out = result.stdout + result.stderr
     assert result.returncode == 0, out[-5000:]
     summary = out.strip().splitlines()[-1]
     assert " passed" in summary and "failed" not in summary and "error" not in summary, out
     ran = int(summary.split(" passed")[0].split()[-1])
-    assert ran >= 80, summary  # the contract and the portable tests, not a handful
+    # every test of those modules (30 when written), not a handful; the rest deselected
+    assert ran >= 28 and " deselected" in summary, summary
 
 
 def test_unknown_fiber_backend_is_one_usage_error(tmp_path):

@@ -37,6 +37,15 @@ def logged(args):
     return i * 3
 
 
+def adapt_thread(before):
+    """The adapt driver's thread started since ``before`` was taken (the driver runs on
+    a thread named ``fiber-pool-adapt``: fiber.runtime.pool.adapt)."""
+    new = [t for t in threading.enumerate()
+           if t.name == "fiber-pool-adapt" and t not in before]
+    assert len(new) == 1, new
+    return new[0]
+
+
 def sleep_long(_):
     time.sleep(30)
 
@@ -120,10 +129,11 @@ def test_no_worker_is_given_back_with_a_task_on_it_nor_a_task_run_twice(tmp_path
 
 def test_terminate_while_adapting_ends_everything():
     pool = fiber.Pool(1)
+    before = threading.enumerate()
     pool.adapt(minimum=0, maximum=4, idle_timeout=5.0)
+    driver = adapt_thread(before)
     result = pool.map_async(sleep_long, range(8), chunksize=1)
     wait_for(lambda: pool.stats().busy >= 2, 10, "the pool grew to 2 busy workers")
-    driver = pool._adapter.thread
     started = time.monotonic()
     pool.terminate()
     assert time.monotonic() - started < 10
@@ -231,8 +241,9 @@ def test_the_driver_does_not_keep_the_pool_alive():
     import warnings
 
     pool = fiber.Pool(1)
+    before = threading.enumerate()
     pool.adapt(minimum=0, maximum=2)
-    driver = pool._adapter.thread
+    driver = adapt_thread(before)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ResourceWarning)
         del pool

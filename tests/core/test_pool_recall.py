@@ -76,6 +76,7 @@ def results(s: Scheduler, w, line: int, request: FakeLine, skip=()) -> tuple[Fak
 
 def deliver(sink: Sink, done) -> None:
     for task, ok, value in done:
+        # the sink's _set (multiprocessing's ApplyResult._set), called as channel.deliver does
         task.sink._set(task.start, task.count, ok, value)
 
 

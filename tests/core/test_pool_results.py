@@ -21,6 +21,7 @@ def test_every_waiting_thread_wakes():
         t.start()
     time.sleep(0.05)
     assert not result.ready() and not seen
+    # the sink's _set (multiprocessing's ApplyResult._set), called as channel.deliver does
     result._set(0, 1, True, 42)
     for t in threads:
         t.join(10)
@@ -43,7 +44,7 @@ def test_wait_returns_after_its_timeout(timeout):
 def test_first_outcome_stands_and_callbacks_run_before_ready():
     order = []
     result = ApplyResult(callback=lambda v: order.append(("cb", v, result.ready())))
-    result._set(0, 1, True, "first")
+    result._set(0, 1, True, "first")  # the sink, as channel.deliver calls it
     result._set(0, 1, False, ValueError("late"))
     assert order == [("cb", "first", False)]
     assert result.get() == "first"
@@ -55,18 +56,18 @@ def test_a_failing_callback_does_not_leave_waiters_hanging():
 
     result = ApplyResult(callback=bad)
     with pytest.raises(RuntimeError):
-        result._set(0, 1, True, 1)
+        result._set(0, 1, True, 1)  # the sink, as channel.deliver calls it
     assert result.get(1) == 1
 
 
 def test_map_result_assembles_chunks_and_fails_on_first_error():
     result = MapResult(4)
-    result._set(2, 2, True, ["c", "d"])
+    result._set(2, 2, True, ["c", "d"])  # the sink, as channel.deliver calls it
     assert not result.ready()
     result._set(0, 2, True, ["a", "b"])
     assert result.get(1) == ["a", "b", "c", "d"]
     failed = MapResult(4)
-    failed._set(0, 2, False, KeyError("x"))
+    failed._set(0, 2, False, KeyError("x"))  # the sink, as channel.deliver calls it
     failed._set(2, 2, True, ["c", "d"])
     with pytest.raises(KeyError):
         failed.get(1)

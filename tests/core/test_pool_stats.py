@@ -138,6 +138,7 @@ def test_stats_from_another_thread_while_tasks_flow():
 
 def test_multiprocessing_private_names():
     with fiber.Pool(2) as pool:
+        # multiprocessing's own private names, which code in the wild reads: fiber keeps them
         assert pool._processes == 2
         wait_for(pool, lambda s: s.idle == 2)
         assert sorted(p.name for p in pool._pool) == ["PoolWorker-1", "PoolWorker-2"]

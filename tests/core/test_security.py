@@ -30,6 +30,8 @@ def _echo_queue(q, out):
 def test_rogue_client_is_rejected_and_nothing_runs(tmp_path):
     marker = tmp_path / "pwned"
     q = fiber.Queue()
+    # private read: a rogue client needs the queue's raw address and channel, which a queue never
+    # shows (it pickles them only in its authenticated form)
     address = q._endpoint.address
     cid = q._endpoint.cid
     payload = pickle.dumps(_Exploit(str(marker)))

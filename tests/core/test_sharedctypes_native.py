@@ -102,6 +102,7 @@ def test_same_calls_same_results_as_multiprocessing():
 def test_raw_objects_are_ctypes_objects_over_shared_memory():
     a = sharedctypes.RawArray("d", 4)
     assert isinstance(a, ctypes.Array) and a._type_ is ctypes.c_double
+    # private read: no API names the segment an object lives in; the test reads its bytes
     name = a._fiber_ref.buffer.name
     assert name in shm.state_names(os.getpid())
     a[2] = 7.5

@@ -108,6 +108,7 @@ def test_drain_takes_what_arrived_off_the_kernels_queue(hub):
         small = client.context()
         big.send(cid, b"x" * 300_000)  # echoed: more than one read's worth
         small.send(cid, b"small")
+        # private read: the bytes waiting in the kernel under the client's socket
         _wait_for(lambda: _unread(client._sock) > 0)
         time.sleep(0.2)  # the rest arrives
         assert _unread(client._sock) > 0  # nobody reads: it waits in the kernel
@@ -229,6 +230,7 @@ def test_local_socket_on_this_host_and_tcp_without_it(hub):
     gone_name = address.partition("?local=")[0] + "?local=fiber-stream-nobody-here"
     fallback = StreamClient(gone_name)  # no such local socket: TCP
     try:
+        # private read: which socket family each connection chose (not shown by any API)
         assert local._sock.family == socket.AF_UNIX
         assert tcp._sock.family == socket.AF_INET
         assert fallback._sock.family == socket.AF_INET
@@ -253,5 +255,6 @@ def _square(x):
 
 def test_pool_workers_use_the_stream_wire():
     with fiber.Pool(2) as pool:
+        # private read: the address the pool's channel gave its workers
         assert pool._address.startswith("stream://")
         assert pool.map(_square, range(100)) == [x * x for x in range(100)]

@@ -158,6 +158,8 @@ def test_a_reply_queued_for_a_peer_that_left_does_not_stop_the_selector():
             assert other.request(cid, b"still here", timeout=10) == b"still here"
         finally:
             other.close()
+        # private read: the wire's accept thread, which no API shows (the test checks it
+        # survives)
         assert hub._stream._thread.is_alive()
     finally:
         hub.close()
@@ -169,6 +171,8 @@ def test_a_connection_left_out_after_a_direct_read_is_taken_back():
     # that come then are still seen, by the selector thread, within milliseconds
     hub, rec, cid, client, parked = _setup()
     try:
+        # private read: whether the listener parks a connection for the next direct read is
+        # invisible from outside
         listener = hub._stream
         threading.Timer(0.05, lambda: client.context().send(cid, b"ping")).start()
         assert parked.read_until(lambda: any(d == b"ping" for d, _ in rec.seen), 10)

@@ -42,6 +42,8 @@ def _no_names_left():
     yield
     gc.collect()
     kept = set()
+    # private read: the objects this process serves keep their names until exit; only the
+    # server's list says which
     for obj in served._kept:
         for part in _semlocks(obj):
             if part._semlock.name:
@@ -53,6 +55,7 @@ def _no_names_left():
     assert not left
 
 
+# private read: the semaphores a primitive is made of (their names are what the fixture checks)
 def _semlocks(obj):
     if isinstance(obj, synchronize.SemLock):
         return [obj]

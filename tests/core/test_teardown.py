@@ -79,6 +79,7 @@ if __name__ == "__main__":
             pass
     p = fiber.Process(target=time.sleep, args=(60,))
     p.start()
+    # private read: the moment the child said hello, which no API shows
     while p.pid is None or not p._popen._connected:
         time.sleep(0.01)
     started = time.monotonic()
@@ -122,6 +123,7 @@ def test_terminate_of_an_unreachable_cluster_is_said_at_exit(tmp_path):
         "if __name__ == '__main__':\n"
         "    p = fiber.Process(target=time.sleep, args=(60,), daemon=True)\n"
         "    p.start()\n"
+        # private: a fault injected at the moment the child said hello (no API shows it)
         "    while not p._popen._connected:\n"
         "        time.sleep(0.01)\n"
         "    p._popen._connected = False  # as if it had not said hello yet\n"

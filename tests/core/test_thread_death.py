@@ -96,6 +96,8 @@ _SHARED = """
 from fiber.runtime.shared import served
 if __name__ == "__main__":
     lock = fiber.Lock()
+    # private read: the lock's typeid, to reach it through the shared-object server as another
+    # host does
     report(lambda: served.proxy_of(served.token_for(lock, lock._typeid)).acquire(False))
 """
 
@@ -348,6 +350,7 @@ if __name__ == "__main__":
     "fiber-conn-watch": ("""
 from multiprocessing.connection import wait
 def watch(q, conn):
+    # Queue._reader is multiprocessing's own name (code waits on it with connection.wait)
     wait([q._reader], 5)
     try:
         q._reader.poll()
@@ -410,6 +413,7 @@ import fiber
 if __name__ == '__main__':
     p = fiber.Process(target=time.sleep, args=(60,), daemon=True)
     p.start()
+    # private: a fault injected at the moment the child said hello, which no API shows
     while not p._popen._connected:
         time.sleep(0.01)
     p._popen._connected = False  # as if it had not said hello yet

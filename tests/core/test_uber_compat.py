@@ -25,6 +25,7 @@ def fresh_warnings():
     """Forget which deprecations were already reported in this process."""
     from fiber import util
 
+    # private: the warn-once registry has no public reset (a program never needs one)
     util._warned.clear()
     yield
     util._warned.clear()

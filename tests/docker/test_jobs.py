@@ -132,6 +132,7 @@ def test_poll_answers_many_jobs_with_one_engine_call(backend, jobs, run_labels, 
     backend.wait(done, 60)
     for job in many:
         _wait_running(backend, job)
+    # private: the backend's docker client, wrapped to count the calls polling makes
     api = backend._connect().api
     calls = []
     for name in ("containers", "inspect_container"):
@@ -237,6 +238,7 @@ def test_default_image_and_nested_jobs_inside_a_container(backend, make_backend,
         from fiber.backend.job import JobSpec
         from fiber_docker.backend import DockerBackend
         inner = DockerBackend({{}})
+        # private read: the image a nested backend picks by default
         print('image=' + inner._image(JobSpec(command=[])), flush=True)
         write = 'open("nested.txt", "w").write("from the nested job"); print("nested-ok")'
         job = inner.create_job(JobSpec(command=[sys.executable, '-c', write], cwd='/fiber-outer-dir',

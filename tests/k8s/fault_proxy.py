@@ -11,7 +11,9 @@ get a fault instead of being forwarded:
   it (a ``Status`` object with a message, and ``Retry-After`` when given);
 - ``"reset"``: the connection is reset (closed with SO_LINGER 0: the client reads RST);
 - ``"stall"``: the request is read and never answered (the connection is held for
-  ``stall`` seconds, then closed), what a hung or overloaded server does.
+  ``stall`` seconds, then closed), what a hung or overloaded server does;
+- ``"late"``: the request is held ``stall`` seconds, then forwarded (a slow server
+  that does answer).
 
 :func:`kubeconfig_through` writes a kubeconfig that reaches the cluster through the
 proxy with the user of another kubeconfig. Every fault served is recorded in
@@ -152,6 +154,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                                        struct.pack("ii", 1, 0))
             self.connection.close()
             self.close_connection = True
+        elif rule.fault == "late":
+            time.sleep(rule.stall)
+            self._forward(body)
         elif rule.fault == "stall":
             with self.proxy._lock:
                 self.proxy._open.add(self.connection)

@@ -13,6 +13,7 @@ forwards every request, and answers the next N pod creations with a fault when t
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 
@@ -144,3 +145,37 @@ def test_forbidden_user_fails_at_once(through, proxy, k8s_engine):
         ctx.Process(target=triple, args=(2,)).start()
     assert time.monotonic() - began < 5
     assert caught.value.transient is False
+
+
+def test_a_watcher_stopped_while_its_watch_request_is_under_way_ends_at_once(proxy, tmp_path):
+    """The pod watcher is stopped while its watch request is held by the server (the
+    proxy holds it 2 s, then forwards it): stop() returns once the answer arrives, not
+    after its 10 s join bound while the watch streams on (every backend closed right
+    after its first pod was refused took 10 s to close: the refusal tests' teardown)."""
+    import kubernetes
+
+    from fiber_k8s.watcher import PodWatcher
+
+    path = fault_proxy.kubeconfig_through(
+        proxy, os.environ["FIBER_KUBERNETES_KUBECONFIG"], tmp_path)
+    client = kubernetes.config.new_client_from_config(config_file=path)
+    try:
+        watcher = PodWatcher(kubernetes.client.CoreV1Api(client), "default",
+                             "app.kubernetes.io/managed-by=fiber")
+        proxy.inject("late", count=1, verb="GET", path="watch=", stall=2.0)
+        before = set(threading.enumerate())
+        watcher.start()
+        (thread,) = [t for t in threading.enumerate()
+                     if t.name == "fiber-k8s-watch" and t not in before]
+        deadline = time.monotonic() + 30
+        while not proxy.served:  # the watch request reached the proxy, held there
+            assert time.monotonic() < deadline, "no watch request came"
+            time.sleep(0.05)
+        began = time.monotonic()
+        watcher.stop()
+        took = time.monotonic() - began
+        assert watcher.synced.is_set()  # it had listed the pods first
+        assert took < 6, f"stop() took {took:.1f} s"
+        assert not thread.is_alive()
+    finally:
+        client.close()

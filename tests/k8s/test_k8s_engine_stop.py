@@ -100,6 +100,7 @@ def test_stop_ends_recorded_servers_and_everything_else_of_the_cluster(fake_stat
                        "echo $!"], check=True, stdout=subprocess.PIPE, text=True).stdout)
     started.append((stray, _start_time(stray)))
     engine = _engine()
+    # the test engine's own helper (tests/engines), not fiber's
     recorded = engine._recorded(str(state))
     assert set(recorded) == {"apiserver", "scheduler"}
     before = engine.leftovers(str(state), cluster_id, recorded)
@@ -146,6 +147,7 @@ def test_leftover_check_sees_the_whole_running_cluster(k8s_engine):
     state = k8s_engine["FK8S_TEST_STATE"]
     cluster_id = Path(state, "id").read_text().strip()
     engine = _engine()
+    # the test engine's own helper (tests/engines), not fiber's
     recorded = engine._recorded(state)
     assert set(recorded) == {"etcd", "apiserver", "scheduler", "controller-manager",
                              "dockerd", "kubelet"}

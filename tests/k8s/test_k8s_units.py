@@ -34,6 +34,7 @@ def test_label_values_are_valid_and_distinct(value):
 
 def test_label_keys_and_selector():
     assert names.label_key("fiber.run") == "fiber.run"
+    # private: the digest a shortened label key ends with (computing it here would copy it)
     assert names.label_key("Example.COM/my key") == "example.com/my-key-" + names._digest("my key")
     assert names.selector({"fiber.run": "r 1"}) == f"fiber.run={names.label_value('r 1')}"
 

@@ -40,5 +40,6 @@ def test_watch(make_backend, monkeypatch, caplog):
             backend.release(job)
     died = [r for r in caplog.records if "fiber thread fiber-k8s-watch died" in r.getMessage()]
     assert len(died) == 1, [r.getMessage() for r in caplog.records]
+    # private read: the watch thread's state, which no API shows
     assert backend._watcher is not None and not backend._watcher.synced.is_set()
     assert "fiber-k8s-watch" in str(backend._watcher.error)

@@ -114,6 +114,7 @@ def test_impossible_requests_are_clear_errors(make_backend, ssh_hosts):
 
 def test_memory_request_is_counted(make_backend, ssh_hosts):
     backend = make_backend(ssh_hosts=hosts_of(ssh_hosts), ssh_when_full="fail")
+    # private read: the host's slots and memory as the backend counts them (no API shows them)
     host = backend._hosts[0]
     backend.create_job(spec("pass"))  # connects and reads MemTotal
     total = host.memory
@@ -131,4 +132,5 @@ def test_slots_default_to_the_cpu_count(make_backend, ssh_hosts):
     backend = make_backend(ssh_hosts=entries)
     job = backend.create_job(spec("pass"))
     assert backend.wait(job, 30).state is JobState.SUCCEEDED
+    # private read: the slots the backend found on each host
     assert [h.slots for h in backend._hosts] == [os.cpu_count()] * 2

@@ -10,6 +10,7 @@ import pytest
 
 import fiber
 from fiber.backend import ConfigError
+from fiber.runtime import run
 
 
 def _hold(seconds):
@@ -21,9 +22,10 @@ def test_process_resources_take_host_slots():
     p = fiber.Process(target=_hold, args=(60,), resources={"cpu": 2, "memory": 64})
     p.start()
     try:
-        hosts = p._popen.backend._placement.hosts
+        # private read: the slots and memory the backend's placement counts (no API shows them)
+        hosts = run.backend()._placement.hosts  # the default target's: p's
         used = [(h.used_slots, h.used_memory) for h in hosts if h.used_slots]
-        assert used == [(2, 64)], p._popen.backend._placement.describe()
+        assert used == [(2, 64)], run.backend()._placement.describe()
     finally:
         p.terminate()
         p.join(60)

@@ -30,6 +30,7 @@ def test_session_limit_opens_more_connections(make_backend, ssh_hosts, tmp_path)
             while "up" not in backend.logs(job):
                 assert time.monotonic() < deadline and not backend.status(job).is_final
                 time.sleep(0.05)
+        # private read: the extra SSH sessions opened to the host (no API counts them)
         assert len(backend._hosts[0].conn._extra) >= 2  # 6 jobs, 2 sessions each
         for job in jobs:
             backend.terminate(job)

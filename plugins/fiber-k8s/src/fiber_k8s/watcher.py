@@ -149,6 +149,12 @@ class PodWatcher:
                     _preload_content=False, _request_timeout=(10, 90))
                 self._response = response
                 try:
+                    # stop() may have come while the request was under way: it found
+                    # no response to close, and this one would be read until the
+                    # server ends the watch (timeout_seconds) while stop() waits
+                    if self._stop.is_set():
+                        response.close()
+                        break
                     for line in watch.watch.iter_resp_lines(response):
                         if self._stop.is_set():
                             break

@@ -4,7 +4,7 @@ seconds it takes a snapshot of the pool under its lock, asks the policy
 ``resize`` uses, in the same hold of the lock (so a worker seen idle cannot be handed
 a batch before it is let go):
 
-* **start**: the pool's target size (:attr:`Scheduler.target`) goes up; the worker
+* **start**: the pool's target size (:meth:`Scheduler.set_size`) goes up; the worker
   set's supervisor starts the missing workers, as for ``resize``;
 * **give back** an idle worker: :meth:`WorkerSet.retire_worker`, as ``resize`` lets a
   worker go; it holds no batch (it is idle, and the lock is held), so its parked lines
@@ -16,7 +16,7 @@ The target then is the workers the pool keeps plus those it starts, so the super
 never starts one on its own, except the replacement of a worker let go after
 ``maxtasksperchild``, which goes where the policy would start one
 (:func:`adapt_policy.replacement`, through ``WorkerSet.place_next``). A worker lost
-while adapting lowers the target (:attr:`Scheduler.adaptive`, in ``Scheduler.lose``):
+while adapting lowers the target (:meth:`Scheduler.set_adaptive`, in ``Scheduler.lose``):
 it is replaced only if the next decision still wants it.
 
 Placements (``adapt(placements=...)``): each worker counts in its placement
@@ -114,7 +114,7 @@ class Adapter:
         self._workers = worker_set
         self.settings = settings
         self.active = True
-        self.wanted = scheduler.target
+        self.wanted = scheduler.size()
         n = len(settings.caps())
         self._retry_at = [0.0] * n  # per placement: skipped until then (monotonic)
         self._failures = [0] * n  # per placement: failures in a row
@@ -129,7 +129,7 @@ class Adapter:
         self._idle_since: dict[int, float] = {}
         self.decisions: collections.deque[tuple[float, str]] = collections.deque(
             maxlen=DECISIONS_KEPT)
-        scheduler.adaptive = True
+        scheduler.set_adaptive(True)
         ref = weakref.ref(worker_set)
         self.thread = threads.start("fiber-pool-adapt", Adapter._drive, weakref.ref(self),
                                     changed, fails=lambda error: Adapter._died(ref, error))
@@ -137,7 +137,7 @@ class Adapter:
     def stop(self) -> None:
         """Adapting ends (the lock is held): the pool keeps its size from now on."""
         self.active = False
-        self._scheduler.adaptive = False
+        self._scheduler.set_adaptive(False)
         self._workers.on_failure = None
         self._workers.place_next = None
         self._changed.notify_all()
@@ -227,10 +227,10 @@ class Adapter:
     def _tick(self) -> bool:
         """One round (the lock is held); False when adapting is over."""
         s = self._scheduler
-        if not self.active or s.state == TERMINATE or s.broken is not None \
+        if not self.active or s.pool_state() == TERMINATE or s.failure() is not None \
                 or not self._workers.alive():
             return False
-        if s.state == CLOSE and not s.unfinished():
+        if s.pool_state() == CLOSE and not s.unfinished():
             return False  # closed and done: the workers are let go by close()
         now = time.monotonic()
         if self.settings.placements:
@@ -272,7 +272,7 @@ class Adapter:
         since = self._idle_since
         placement_of = self._workers.placement_of
         places = len(self.settings.caps())
-        for w in s.workers.values():
+        for w in s.alive_workers():
             if not w.alive or w.stopping:
                 continue
             kept[w.id] = w
@@ -300,8 +300,8 @@ class Adapter:
         self._connected &= kept.keys()
         running = sum(len(w.running()) for w in kept.values())
         self._views = tuple(views)
-        snap = Snapshot(now, len(s.queue), running, self._views, self.settings,
-                        s.task_seconds, tuple(self._retry_at))
+        snap = Snapshot(now, s.queued(), running, self._views, self.settings,
+                        s.task_time(), tuple(self._retry_at))
         return snap, kept
 
     def apply(self, decision: Decision, kept: dict[int, Worker]) -> None:
@@ -309,7 +309,7 @@ class Adapter:
         s = self._scheduler
         self.wanted = decision.wanted
         gone = decision.retire + decision.cancel
-        s.target = len(kept) + decision.start - len(gone)
+        s.set_size(len(kept) + decision.start - len(gone))
         # where the workers started next go (replaced each tick: the supervisor may
         # not have taken the last ones yet, and then they are decided again)
         self._workers.to_place = [i for i, n in enumerate(decision.placed) for _ in range(n)]

@@ -64,7 +64,7 @@ class _Delivery:
 class Feeder:
     """Reads ``iterable`` for the imap whose iterator is ``sink`` (held weakly) and
     submits ``func`` over it in chunks of ``chunksize`` under ``lock``.
-    :meth:`start` starts its thread; the table must count it (``scheduler.feeding``)."""
+    :meth:`start` starts its thread; the table must count it (``scheduler.feed_started()``)."""
 
     def __init__(self, scheduler: Scheduler, lock: threading.RLock,
                  func: Callable[..., Any], iterable: Iterable[Any], chunksize: int,
@@ -128,11 +128,11 @@ class Feeder:
         never = 1 << 62
         with self._cond:
             while True:
-                state = self._scheduler.state
+                state = self._scheduler.pool_state()
                 if state == TERMINATE or self._sink() is None:
                     return None
                 size = self._chunksize
-                limit = window(self._scheduler.target, size, self._item_bytes) * size
+                limit = window(self._scheduler.size(), size, self._item_bytes) * size
                 step = max(1, limit // size // 2) * size
                 if state == RUN:
                     used = self._submitted - self._taken
@@ -185,7 +185,7 @@ class Feeder:
 
     def _stopped(self) -> BaseException | None:
         """Why reading stops when :meth:`_room` says so (None: the iterator is gone)."""
-        if self._scheduler.state == TERMINATE:
+        if self._scheduler.pool_state() == TERMINATE:
             return ValueError("the pool was terminated while this imap's input was "
                               "being read")
         return None

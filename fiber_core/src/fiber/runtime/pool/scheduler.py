@@ -189,6 +189,32 @@ class Scheduler:
         self.check_running()
         self.feeding += 1
 
+    # -- what the imap feeder and the adapt driver ask (runtime/pool/feeder.py reads
+    # pool_state and size and calls submit_chunks; runtime/pool/adapt.py uses the
+    # methods below, plus pool_state, failure, size and unfinished): read-only views
+    # and the two settings the driver owns; neither reads nor writes an attribute.
+    def set_size(self, n: int) -> None:
+        """The number of workers the pool aims to have from now on (the adapt driver's
+        decision; the worker set's supervisor starts or lets go the difference)."""
+        self.target = n
+
+    def set_adaptive(self, on: bool) -> None:
+        """Whether the pool adapts: a worker lost while it does lowers the target
+        (:meth:`lose`), so it is replaced only if the next decision wants it."""
+        self.adaptive = on
+
+    def alive_workers(self) -> Iterable[Worker]:
+        """The workers alive (a view: read it under the pool's lock)."""
+        return self.workers.values()
+
+    def queued(self) -> int:
+        """The tasks waiting for a worker."""
+        return len(self.queue)
+
+    def task_time(self) -> float | None:
+        """Seconds a task has taken lately (None until measured)."""
+        return self.task_seconds
+
     # -- submitting -----------------------------------------------------------------
     def check_running(self) -> None:
         if self.state != RUN:
