@@ -1,0 +1,98 @@
+"""The master's work per worker start and per line does not grow with the number of
+workers, and its stream listener keeps reading heartbeats while the pool's lock is
+held (issue #29: at thousands of simulated workers, starting was quadratic and jobs
+were ended as "silent" while the listener waited for the pool's lock).
+
+Real processes on the local backend. The counting tests wrap a method of fiber's own
+classes to count its calls (the call still runs: nothing is faked).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+
+import fiber
+from fiber import process as fiber_process
+from fiber.runtime.popen import JobPopen
+
+
+def test_start_does_not_poll_every_earlier_child(monkeypatch):
+    """``Process.start`` forgets ended children without polling the live ones: with 6
+    children running, a 7th start polls none of them (it polled all 6 before); a child
+    that has ended is forgotten by the next start."""
+    children = [fiber.Process(target=time.sleep, args=(60,), daemon=True) for _ in range(6)]
+    for p in children:
+        p.start()
+    short = fiber.Process(target=time.sleep, args=(0,), daemon=True)
+    short.start()
+    deadline = time.monotonic() + 60
+    while short.exitcode is None:
+        assert time.monotonic() < deadline, "the short child did not end"
+        time.sleep(0.05)
+    polled = []
+    main = threading.current_thread()
+    real_poll = JobPopen.poll
+
+    def counting_poll(self):
+        if threading.current_thread() is main:
+            polled.append(self)
+        return real_poll(self)
+
+    monkeypatch.setattr(JobPopen, "poll", counting_poll)
+    last = fiber.Process(target=time.sleep, args=(60,), daemon=True)
+    try:
+        last.start()
+        monkeypatch.setattr(JobPopen, "poll", real_poll)
+        live_polled = [p for p in polled if p is not short._popen]
+        assert live_polled == [], f"start polled {len(live_polled)} live children"
+        assert short not in fiber_process._children  # the ended one is forgotten
+        assert set(fiber.active_children()) == set(children) | {last}
+    finally:
+        monkeypatch.setattr(JobPopen, "poll", real_poll)
+        for p in children + [last]:
+            p.kill()
+        for p in children + [last, short]:
+            p.join(30)
+
+
+def test_starting_a_pool_does_not_scan_its_workers_per_start(monkeypatch):
+    """The starter threads of a Pool(10) do not look at every earlier worker's exit
+    code on each start (they did: 0 + 1 + ... + 9 = 45 looks under the pool's lock)."""
+    looks = []
+    real = fiber.Process.exitcode
+
+    def counting(self):
+        if threading.current_thread().name.startswith("fiber-pool-start"):
+            looks.append(self)
+        return real.fget(self)
+
+    monkeypatch.setattr(fiber.Process, "exitcode", property(counting))
+    with fiber.Pool(10) as pool:
+        assert pool.map(abs, range(-40, 0)) == list(range(40, 0, -1))
+        deadline = time.monotonic() + 60
+        while pool.stats().starting:  # every start has returned
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    assert len(looks) < 10, f"{len(looks)} looks at exit codes by the starters"
+
+
+def test_heartbeats_are_read_while_the_pool_lock_is_held(caplog):
+    """A pool worker's result arrives while another thread holds the pool's lock for
+    twice the heartbeat timeout: the stream listener hands the result line over and
+    goes on reading, so the worker's heartbeats keep it alive (before: the listener
+    waited for the lock, read no heartbeat, and the job was ended as silent)."""
+    ctx = fiber.get_context("local", heartbeat_timeout=3.0)
+    with ctx.Pool(1) as pool:
+        pid = pool.apply(os.getpid)
+        result = pool.apply_async(time.sleep, (0.3,))
+        with caplog.at_level(logging.WARNING, logger="fiber"):
+            with pool._lock:
+                time.sleep(7)
+            assert result.get(30) is None
+            assert pool.apply(os.getpid) == pid, "the worker was replaced"
+        silent = [r.getMessage() for r in caplog.records if "silent" in r.getMessage()]
+        assert silent == []
+
