@@ -137,3 +137,43 @@ def test_an_accepted_connection_holds_no_read_buffer_of_its_own():
     grown = sum(stat.size_diff for stat in after.filter_traces(only).compare_to(
         before.filter_traces(only), "filename"))
     assert grown / 100 < 4096, f"{grown / 100:.0f} bytes per accepted connection"
+
+
+def sleep_ms(ms):
+    time.sleep(ms / 1000)
+    return ms
+
+
+def _busy_master(pool, stop):
+    """Holds the pool's lock 20 ms of every 25: a master slow to read its workers'
+    results, as one saturated by thousands of workers is."""
+    while not stop.is_set():
+        with pool._lock:
+            time.sleep(0.02)
+        time.sleep(0.005)
+
+
+def test_short_tasks_are_batched_when_the_master_is_slow():
+    """A map of 1 ms tasks while the master reads results late (its lock held 20 ms
+    of every 25 by another thread): the pool's estimate of a task's time comes from the
+    workers' own clocks, so the tasks still count as short (under LONG_TASK, batched).
+    Before, it came from the intervals between results as the master read them (over
+    20 ms here), the tasks counted as long and went one per batch. A map of 30 ms tasks
+    still counts as long."""
+    from fiber.runtime.pool.chunking import LONG_TASK
+
+    with fiber.Pool(2) as pool:
+        pool.map(abs, range(4))
+        stop = threading.Event()
+        slow = threading.Thread(target=_busy_master, args=(pool, stop))
+        slow.start()
+        try:
+            assert pool.map(sleep_ms, [1] * 300, chunksize=1) == [1] * 300
+            short = pool.stats().task_seconds
+        finally:
+            stop.set()
+            slow.join()
+        assert short is not None and short < LONG_TASK, short
+        assert pool.map(sleep_ms, [30] * 24, chunksize=1) == [30] * 24
+        long = pool.stats().task_seconds
+        assert long is not None and long >= LONG_TASK, long

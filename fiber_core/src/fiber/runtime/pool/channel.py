@@ -8,7 +8,8 @@ Each request is a :class:`~fiber.wire.protocol.PoolOp` code and
 * ``PARTIAL``: results of tasks of the batch the line holds, sent as they finished
   while the rest of the batch runs (on a line of their own; never answered);
 * ``RESULTS``: the batch's last results (those no ``PARTIAL`` carried), and the line is
-  open again;
+  open again; it says how long the batch's tasks ran on the worker
+  (:data:`~fiber.wire.protocol.BATCH_TIME`), the pool's estimate of a task's time;
 * ``STARTED``: the worker begins the suspect batch of a line (sent on a third line,
   answered at once);
 * ``GIVE``: the ids of tasks of a line's batch the worker gives back (none the first
@@ -40,11 +41,12 @@ from fiber.runtime.pool.results import ApplyResult
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import Outcome, Task, settle
 from fiber.wire import serialization, transport
-from fiber.wire.protocol import POOL_HEADER, PoolOp, TaskKind
+from fiber.wire.protocol import BATCH_TIME, POOL_HEADER, PoolOp, TaskKind
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
 _PARTIAL, _GIVE = PoolOp.PARTIAL, PoolOp.GIVE
 _HEADER_END = 1 + POOL_HEADER.size
+_RESULTS_END = _HEADER_END + BATCH_TIME.size  # a RESULTS message's results begin here
 _monotonic = time.monotonic
 
 logger = logging.getLogger("fiber")
@@ -101,17 +103,19 @@ def _handle_locked(scheduler: Scheduler, request: transport.Request,
     w = scheduler.workers.get(wid)
     if w is None or not w.alive or line not in (0, 1):
         if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
-            done = scheduler.lost_results(wid, decode(payload[_HEADER_END:]))
+            start = _RESULTS_END if op == _RESULTS else _HEADER_END
+            done = scheduler.lost_results(wid, decode(payload[start:]))
         if op != _PARTIAL:
             request.reply(_STOP)
     elif op == _PARTIAL:
         items = decode(payload[_HEADER_END:])
-        scheduler.timed(w, _monotonic(), len(items))  # its next task begins
+        w.since = _monotonic()  # its next task begins
         done = scheduler.partial(w, line, items)
         scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
     elif op == _RESULTS:
-        items = decode(payload[_HEADER_END:])
-        scheduler.timed(w, _monotonic(), len(items))
+        busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
+        items = decode(payload[_RESULTS_END:])
+        scheduler.timed(w, _monotonic(), ran, busy)
         done = scheduler.results(w, line, request, items)
         scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
     elif op == _READY:

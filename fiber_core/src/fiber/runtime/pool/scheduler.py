@@ -262,12 +262,14 @@ class Scheduler:
             self.notify()
 
     # -- what workers send (called by the channel) ----------------------------------
-    def timed(self, w: Worker, now: float, count: int) -> None:
-        """``count`` results of ``w`` came at ``now`` (monotonic): its tasks since the
-        last took ``now - w.since``, which updates :attr:`task_seconds`; its next task
-        begins now (observe.py reads ``since``)."""
-        if count and w.since:
-            sample = (now - w.since) / count
+    def timed(self, w: Worker, now: float, count: int, busy: float) -> None:
+        """A batch of ``w`` ended, read at ``now`` (monotonic): ``count`` tasks ran for
+        ``busy`` seconds by the worker's own clock, which updates :attr:`task_seconds`;
+        its next task begins now (observe.py reads ``since``). (The interval between
+        two results as the master reads them is no measure: at thousands of workers it
+        is the master's own delay, and 1 ms tasks looked long, issue #29.)"""
+        if count:
+            sample = busy / count
             seen = self.task_seconds
             self.task_seconds = sample if seen is None else seen + (sample - seen) * 0.25
         w.since = now
