@@ -177,3 +177,49 @@ def test_short_tasks_are_batched_when_the_master_is_slow():
         assert pool.map(sleep_ms, [30] * 24, chunksize=1) == [30] * 24
         long = pool.stats().task_seconds
         assert long is not None and long >= LONG_TASK, long
+
+
+def test_heartbeats_and_polls_are_spaced_out_with_many_jobs(monkeypatch):
+    """With more jobs than the parent answers heartbeats (or asks statuses) a second,
+    it answers each job's heartbeat, and polls the backend, less often: here the
+    budgets are set to 1 a second (fiber's knobs; real jobs, real backend), so 3 jobs
+    beat every 2 s (a third of the 6 s timeout) instead of every 0.3 s, and the monitor
+    polls every 3 s instead of every 0.2 s. Counted over 4 s: before, about 40 beats
+    and 20 polls."""
+    from fiber.backend.local.backend import LocalBackend
+    from fiber.runtime import control, monitor
+
+    monkeypatch.setattr(control, "BEATS_PER_SECOND", 1.0, raising=False)
+    monkeypatch.setattr(monitor, "STATUSES_PER_SECOND", 1.0, raising=False)
+    ctx = fiber.get_context("local", heartbeat_interval=0.3, heartbeat_timeout=6.0)
+    procs = [ctx.Process(target=time.sleep, args=(60,), daemon=True) for _ in range(3)]
+    for p in procs:
+        p.start()
+    try:
+        for p in procs:
+            assert p.pid is not None  # connected (its heartbeat is under way)
+        time.sleep(2.5)  # every job's beat and the monitor's pause are at the new pace
+        beats, polls = [], []
+        real_beat, real_poll = control.ControlChannel._beat, LocalBackend.poll
+
+        def counting_beat(self, request):
+            beats.append(self)
+            return real_beat(self, request)
+
+        def counting_poll(self, jobs):
+            polls.append(len(jobs))
+            return real_poll(self, jobs)
+
+        monkeypatch.setattr(control.ControlChannel, "_beat", counting_beat)
+        monkeypatch.setattr(LocalBackend, "poll", counting_poll)
+        time.sleep(4)
+        monkeypatch.setattr(control.ControlChannel, "_beat", real_beat)
+        monkeypatch.setattr(LocalBackend, "poll", real_poll)
+        assert len(beats) <= 9, f"{len(beats)} heartbeats answered in 4 s"
+        assert len(polls) <= 3, f"{len(polls)} polls in 4 s"
+        assert all(p.is_alive() for p in procs)  # none was taken for silent
+    finally:
+        for p in procs:
+            p.kill()
+        for p in procs:
+            p.join(30)
