@@ -220,7 +220,7 @@ class Conn:
 
 
 class Batch:
-    __slots__ = ("line", "number", "tasks", "i", "next_start", "done")
+    __slots__ = ("line", "number", "tasks", "i", "next_start", "done", "busy", "ran")
 
     def __init__(self, line: int, number: int, tasks: list[tuple[int, float, Any]]) -> None:
         self.line = line
@@ -229,6 +229,8 @@ class Batch:
         self.i = 0  # the next task to end
         self.next_start = 0.0
         self.done: list[tuple[int, bool, Any]] = []  # ended, not sent yet
+        self.busy = 0.0  # simulated seconds its tasks ran (the RESULTS message says)
+        self.ran = 0  # tasks it ran (not given back)
 
 
 def _value(kind: int, payload: Any) -> Any:
@@ -352,6 +354,8 @@ class Worker:
             if end > now:
                 break
             batch.done.append((task_id, True, value))
+            batch.busy += cost
+            batch.ran += 1
             batch.next_start = end
             batch.i += 1
         conn = self.conn
@@ -362,7 +366,8 @@ class Worker:
             self.ended[batch.line] += 1
             skip.clear()
             conn.send(self.wire[batch.line], request_frame(
-                self.cid, encode_results(self.wid, batch.line, batch.done)))
+                self.cid, encode_results(self.wid, batch.line, batch.done,
+                                         busy=batch.busy, ran=batch.ran)))
             self.running = None
             if not self.order and not self.received:
                 self.finish()

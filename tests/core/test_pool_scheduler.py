@@ -388,3 +388,19 @@ def test_a_lost_worker_requeues_only_the_tasks_without_a_result():
     assert [t.id for t, _, _ in late] == [running[3]]
     lines2 = connect(s, w2)
     assert lines2[0].batch()[1][0][0] == running[4]  # the delivered one is skipped
+
+
+def test_a_map_queued_a_group_at_a_time_is_batched_by_all_it_will_queue():
+    """With 2,000 lines parked (1,000 workers, faked as in this module), a map queues
+    its first group of 1,024 tasks telling that 48,976 follow: batches are sized by the
+    50,000 (1 + 50,000 // 2,000 = 26 tasks each, before the queue runs low), not by the
+    1,024 queued (which went out one task per batch: 1,024 // 2,000 = 0 more)."""
+    s = table(target=1000)
+    workers = s.new_workers(1000)
+    lines = [connect(s, w) for w in workers]
+    s.submit_chunks(square, list(range(50_000)), 1, TaskKind.MAP, Sink(),
+                    first=0, last=1024, ahead=48_976)
+    sizes = [len(ls[line].batch()[1]) for ls in lines for line in (0, 1)
+             if ls[line].answer is not None]
+    assert sizes[0] == 1 + (1023 + 48_976) // 2000
+    assert sum(sizes) == 1024 and len(sizes) < 60, sizes

@@ -57,6 +57,7 @@ MAY_RETURN = {
     "fiber-reaper": "exitcode -15",
     "fiber-nng-close": "RAISED ConnectionLostError",
     "fiber-pipe-close": "got 7",
+    "fiber-pool-lines": "result 7",
 }
 
 # kinds whose fault is injected in one job only (the scenario sets the variable there):
@@ -158,6 +159,18 @@ if __name__ == "__main__":
             pool.map(abs, range(8))
     report(run)
 """, "fiber-gate"),
+    # (a result comes while the program holds the pool's lock: the listener hands it
+    # to fiber-pool-lines, which dies; the dying thread handles it, later lines wait
+    # for the lock as before)
+    "fiber-pool-lines": ("""
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        pool.map(abs, range(2))
+        r = pool.apply_async(abs, (-7,))
+        with pool._lock:
+            time.sleep(1)
+        report(lambda: print("result", r.get(10), flush=True))
+""", "result 7"),
     # (a `fiber top` request: answered with the error)
     "fiber-status": ("""
 if __name__ == "__main__":

@@ -359,9 +359,11 @@ class Pool:
         step = chunking.submit_step(chunksize)
         self._scheduler.check_running()
         for start in range(0, len(items), step):
+            later = max(0, len(items) - start - step)  # items of the groups still to come
             with self._lock:
                 self._scheduler.submit_chunks(func, items, chunksize, kind, counted,
-                                              start=start, first=start, last=start + step)
+                                              start=start, first=start, last=start + step,
+                                              ahead=-(-later // chunksize))
         return sink
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],

@@ -10,6 +10,8 @@ listed in docs/architecture.md.
 
 from __future__ import annotations
 
+import collections
+import functools
 import itertools
 import os
 import signal
@@ -31,6 +33,8 @@ if TYPE_CHECKING:  # imported when a process starts (start-up time)
 __all__ = ["BaseProcess", "Process", "current_process", "parent_process", "active_children"]
 
 _children: set[Process] = set()
+#: children whose job ended and that _cleanup has not looked at yet
+_ended_children: collections.deque[Process] = collections.deque()
 #: seconds the exit waits for daemonic children, before and after forcing their end
 DAEMON_JOIN_WAIT = 5.0
 _counter = itertools.count(1)
@@ -101,6 +105,8 @@ class Process:
         self._popen = JobPopen(self, run.of(self._ctx))
         with _lock:
             _children.add(self)
+        # its end queues it for the next _cleanup (which then looks at no live child)
+        self._popen.add_done_callback(functools.partial(_ended_children.append, self))
         util.at_exit("children", util.CHILDREN, _main_exit)
         del self._target, self._args, self._kwargs
 
@@ -267,6 +273,7 @@ class Process:
 
         try:
             _children.clear()
+            _ended_children.clear()
             _parent_process = _ParentProcess(self._parent_name, self._parent_pid)
             _current_process = self
             threading.main_thread()._name = "MainThread"  # type: ignore[attr-defined]  # not the setter: it may rename the OS thread too
@@ -402,10 +409,15 @@ def parent_process() -> _ParentProcess | None:
 
 
 def _cleanup() -> None:
-    with _lock:
-        children = list(_children)
-    for p in children:
-        if p._popen is not None and p._popen.poll() is not None:
+    """Forget the children whose end was signalled since the last call (each start
+    calls this: at thousands of children, polling every one made starting quadratic,
+    issue #29). A child's job calls back when it ends (JobPopen.add_done_callback)."""
+    while _ended_children:
+        try:
+            p = _ended_children.popleft()
+        except IndexError:  # another thread took the last one
+            return
+        if p._popen is None or p._popen.poll() is not None:
             with _lock:
                 _children.discard(p)
 
@@ -414,7 +426,16 @@ def active_children() -> list[Process]:
     """The live children of this process (joining the finished ones)."""
     _cleanup()
     with _lock:
-        return list(_children)
+        children = list(_children)
+    # every one asked (a child whose end is being signalled right now is not listed)
+    ended = [p for p in children if p._popen is not None and p._popen.poll() is not None]
+    if ended:
+        with _lock:
+            _children.difference_update(ended)
+    if not ended:
+        return children
+    gone = set(ended)
+    return [p for p in children if p not in gone]
 
 
 def _main_exit() -> None:

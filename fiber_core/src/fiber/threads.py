@@ -70,6 +70,8 @@ KINDS: dict[str, str] = {
     "fiber-hub": "receives every message of a hub's nng socket",
     "fiber-pipe-close": "closes an nng connection the hub refused, evicted or timed out",
     "fiber-stream": "reads a hub's stream connections (the stream listener's selector)",
+    "fiber-pool-lines": "handles the pool lines the stream listener could not wait for "
+                        "(the pool's lock was busy)",
     "fiber-pool-start": "starts one pool worker's job (a starter pool's task)",
     "fiber-manager-line": "serves one connection to a manager's server",
     "fiber-shared-server": "accepts the connections to a process's shared objects",

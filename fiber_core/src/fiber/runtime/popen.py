@@ -24,7 +24,7 @@ from fiber.backend import Resources, secrets
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.errors import ProcessStartError
 from fiber.runtime import config, popen_payload, retry, run, submit, teardown, tracebacks
-from fiber.runtime.control import ControlChannel
+from fiber.runtime.control import ControlChannel, beat_interval
 from fiber.runtime.monitor import monitor_for
 from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
@@ -188,7 +188,8 @@ class JobPopen:
         self._link_up = True
         self.pid, self.host = pid, host
         self._known.set()
-        self.hub.call_later(self.heartbeat_interval, self._check_alive)
+        self.hub.call_later(beat_interval(self.heartbeat_interval,
+                                          self.heartbeat_timeout), self._check_alive)
 
     def _job_id(self) -> str:
         job: Job | None = getattr(self, "job", None)
@@ -227,7 +228,8 @@ class JobPopen:
             self._force_end()
             self._finish(-signal.SIGKILL)
             return
-        self.hub.call_later(self.heartbeat_interval, self._check_alive)
+        self.hub.call_later(beat_interval(self.heartbeat_interval,
+                                          self.heartbeat_timeout), self._check_alive)
 
     def _force_end(self) -> None:
         if getattr(self, "job", None) is None:

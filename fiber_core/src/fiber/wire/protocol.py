@@ -122,7 +122,8 @@ class PoolOp:
     (worker id, line), and the pool's replies (:mod:`fiber.runtime.pool`)."""
 
     READY = b"R"  # a line is open for a batch
-    RESULTS = b"D"  # + the batch's results not sent in a PARTIAL; the line is open again
+    RESULTS = b"D"  # + BATCH_TIME + the batch's results not sent in a PARTIAL; the line
+    #                 is open again
     PARTIAL = b"P"  # + results of tasks of this line's batch, sent as they finish
     #                 while the rest of the batch runs (one-way: never answered)
     STARTED = b"B"  # the worker begins a batch of suspect tasks (third line)
@@ -137,6 +138,10 @@ class PoolOp:
 
 
 POOL_HEADER = struct.Struct("<QB")
+#: after a RESULTS message's POOL_HEADER: the seconds the batch's tasks ran (the
+#: worker's own clock) and how many ran; the pool's estimate of a task's time (which
+#: decides batching) comes from these, not from when results reach a busy master
+BATCH_TIME = struct.Struct("<fI")
 
 
 class StatusOp:

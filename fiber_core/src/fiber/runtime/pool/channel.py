@@ -8,7 +8,8 @@ Each request is a :class:`~fiber.wire.protocol.PoolOp` code and
 * ``PARTIAL``: results of tasks of the batch the line holds, sent as they finished
   while the rest of the batch runs (on a line of their own; never answered);
 * ``RESULTS``: the batch's last results (those no ``PARTIAL`` carried), and the line is
-  open again;
+  open again; it says how long the batch's tasks ran on the worker
+  (:data:`~fiber.wire.protocol.BATCH_TIME`), the pool's estimate of a task's time;
 * ``STARTED``: the worker begins the suspect batch of a line (sent on a third line,
   answered at once);
 * ``GIVE``: the ids of tasks of a line's batch the worker gives back (none the first
@@ -33,17 +34,19 @@ import weakref
 from collections.abc import Callable, Iterable
 
 from fiber.runtime.pool import observe
+from fiber.runtime.pool.lines import Handoff
 from fiber.runtime.pool.observe import TaskError
 from fiber.runtime.pool.result_codec import decode, failure
 from fiber.runtime.pool.results import ApplyResult
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import Outcome, Task, settle
 from fiber.wire import serialization, transport
-from fiber.wire.protocol import POOL_HEADER, PoolOp, TaskKind
+from fiber.wire.protocol import BATCH_TIME, POOL_HEADER, PoolOp, TaskKind
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
 _PARTIAL, _GIVE = PoolOp.PARTIAL, PoolOp.GIVE
 _HEADER_END = 1 + POOL_HEADER.size
+_RESULTS_END = _HEADER_END + BATCH_TIME.size  # a RESULTS message's results begin here
 _monotonic = time.monotonic
 
 logger = logging.getLogger("fiber")
@@ -56,6 +59,8 @@ class PoolChannel:
     def __init__(self, scheduler: Scheduler, lock: threading.RLock) -> None:
         self._scheduler = weakref.ref(scheduler)
         self._lock = lock
+        # the selector thread hands lines over without waiting for the lock
+        self._handoff = Handoff(lock)
 
     def handle(self, request: transport.Request, payload: memoryview) -> None:
         scheduler = self._scheduler()
@@ -65,46 +70,70 @@ class PoolChannel:
         if len(payload) < _HEADER_END:
             request.reply(b"malformed pool request", transport.ERROR)
             return
-        op = bytes(payload[:1])
-        wid, line = POOL_HEADER.unpack_from(payload, 1)
-        done: list[Outcome] = []
-        with self._lock:
-            w = scheduler.workers.get(wid)
-            if w is None or not w.alive or line not in (0, 1):
-                if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
-                    done = scheduler.lost_results(wid, decode(payload[_HEADER_END:]))
-                if op != _PARTIAL:
-                    request.reply(_STOP)
-            elif op == _PARTIAL:
-                items = decode(payload[_HEADER_END:])
-                scheduler.timed(w, _monotonic(), len(items))  # its next task begins
-                done = scheduler.partial(w, line, items)
-                scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
-            elif op == _RESULTS:
-                items = decode(payload[_HEADER_END:])
-                scheduler.timed(w, _monotonic(), len(items))
-                done = scheduler.results(w, line, request, items)
-                scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
-            elif op == _READY:
-                scheduler.ready(w, line, request)
-            elif op == _GIVE:
-                scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
-            elif op == _STARTED:
-                scheduler.started_batch(w, line)
-                request.reply(b"")
-            else:
-                request.reply(b"unknown pool request", transport.ERROR)
-        if done:
-            deliver(done, scheduler.errors, scheduler.func_name)
+        self._handoff.run(functools.partial(_handle, scheduler, request, payload))
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
         if scheduler is None:
             return
-        with self._lock:
-            w = scheduler.by_peer.get(peer)
-            failed = scheduler.lose(w) if w is not None else []
-        settle(failed)
+        self._handoff.run(functools.partial(_peer_gone, scheduler, peer))
+
+
+def _handle(scheduler: Scheduler, request: transport.Request,
+            payload: memoryview) -> Callable[[], None] | None:
+    """Handle a worker's request (the pool's lock is held); returns the delivery of
+    the results it carried, to be called without the lock."""
+    try:
+        done = _handle_locked(scheduler, request, payload)
+    except Exception:  # noqa: BLE001 - a bad request must not stop the others
+        logger.exception("the pool failed to handle a request")
+        if not request.answered:
+            request.reply(b"internal error", transport.ERROR)
+        return None
+    if not done:
+        return None
+    return functools.partial(deliver, done, scheduler.errors, scheduler.func_name)
+
+
+def _handle_locked(scheduler: Scheduler, request: transport.Request,
+                   payload: memoryview) -> list[Outcome]:
+    op = bytes(payload[:1])
+    wid, line = POOL_HEADER.unpack_from(payload, 1)
+    done: list[Outcome] = []
+    w = scheduler.workers.get(wid)
+    if w is None or not w.alive or line not in (0, 1):
+        if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
+            start = _RESULTS_END if op == _RESULTS else _HEADER_END
+            done = scheduler.lost_results(wid, decode(payload[start:]))
+        if op != _PARTIAL:
+            request.reply(_STOP)
+    elif op == _PARTIAL:
+        items = decode(payload[_HEADER_END:])
+        w.since = _monotonic()  # its next task begins
+        done = scheduler.partial(w, line, items)
+        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
+    elif op == _RESULTS:
+        busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
+        items = decode(payload[_RESULTS_END:])
+        scheduler.timed(w, _monotonic(), ran, busy)
+        done = scheduler.results(w, line, request, items)
+        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
+    elif op == _READY:
+        scheduler.ready(w, line, request)
+    elif op == _GIVE:
+        scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
+    elif op == _STARTED:
+        scheduler.started_batch(w, line)
+        request.reply(b"")
+    else:
+        request.reply(b"unknown pool request", transport.ERROR)
+    return done
+
+
+def _peer_gone(scheduler: Scheduler, peer: int) -> Callable[[], None] | None:
+    w = scheduler.by_peer.get(peer)
+    failed = scheduler.lose(w) if w is not None else []
+    return functools.partial(settle, failed) if failed else None
 
 
 def deliver(done: Iterable[Outcome], errors: collections.deque[TaskError] | None = None,

@@ -156,6 +156,11 @@ class Scheduler:
         # seconds a task (a call, or a chunk of a map) has taken lately: None until
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
+        # tasks a map will still queue after its group just queued (submit_chunks'
+        # ahead): batches are sized by them too, so that a map queued a group at a time
+        # is batched as if queued at once (with thousands of lines parked, a group of
+        # 1,024 went out one task per batch, issue #29)
+        self.ahead = 0
         self.meter = observe.Meter()  # finished tasks over time (channel.py ticks it)
         self.recent: Worker | None = None  # the worker whose batch ended last
 
@@ -274,10 +279,11 @@ class Scheduler:
 
     def submit_chunks(self, func: Callable[..., Any], items: Sequence[Any], chunksize: int,
                       kind: int, sink: Sink, start: int = 0, fed: bool = False, *,
-                      first: int = 0, last: int | None = None) -> None:
+                      first: int = 0, last: int | None = None, ahead: int = 0) -> None:
         """Queue ``items[first:last]`` (the input's items from index ``start`` on) in
         chunks of ``chunksize`` and hand out what can be. ``fed``: by the feeder of an
         imap submitted before the pool was closed (it may go on after ``close()``).
+        ``ahead``: the tasks the caller will queue next (batches are sized by them too).
         A chunk is a slice of ``items`` (of a ``range``, a ``range``: it travels as
         three numbers, not as its items)."""
         if not (fed and self.state == CLOSE):
@@ -293,6 +299,7 @@ class Scheduler:
             chunk = items[i:min(i + chunksize, end)]
             add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk)))
         self.queue.extend(tasks)
+        self.ahead = ahead
         self.dispatch_waiting()
 
     def feed_ended(self) -> None:
@@ -303,12 +310,14 @@ class Scheduler:
             self.notify()
 
     # -- what workers send (called by the channel) ----------------------------------
-    def timed(self, w: Worker, now: float, count: int) -> None:
-        """``count`` results of ``w`` came at ``now`` (monotonic): its tasks since the
-        last took ``now - w.since``, which updates :attr:`task_seconds`; its next task
-        begins now (observe.py reads ``since``)."""
-        if count and w.since:
-            sample = (now - w.since) / count
+    def timed(self, w: Worker, now: float, count: int, busy: float) -> None:
+        """A batch of ``w`` ended, read at ``now`` (monotonic): ``count`` tasks ran for
+        ``busy`` seconds by the worker's own clock, which updates :attr:`task_seconds`;
+        its next task begins now (observe.py reads ``since``). (The interval between
+        two results as the master reads them is no measure: at thousands of workers it
+        is the master's own delay, and 1 ms tasks looked long, issue #29.)"""
+        if count:
+            sample = busy / count
             seen = self.task_seconds
             self.task_seconds = sample if seen is None else seen + (sample - seen) * 0.25
         w.since = now
@@ -470,7 +479,7 @@ class Scheduler:
         # big chunks, and tasks long enough that batching saves nothing, go alone (one
         # task per batch keeps a map's tail even: every worker holds at most one ahead)
         if not first.alone and not chunking.goes_alone(first.count, self.task_seconds):
-            size = chunking.batch_tasks(len(queue), alive)
+            size = chunking.batch_tasks(len(queue) + self.ahead, alive)
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
             items = first.count

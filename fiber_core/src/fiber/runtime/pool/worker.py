@@ -45,8 +45,8 @@ from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
+from fiber.wire.protocol import BATCH_TIME, BatchFlag, PoolOp, TaskKind
 from fiber.wire.protocol import POOL_HEADER as _HEADER
-from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger(__name__)
 
@@ -119,10 +119,14 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
 
 
 def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
-                   op: bytes = RESULTS) -> bytes:
-    """A ``RESULTS`` (or ``op``) message; a result that cannot be pickled fails its own
-    task (see :mod:`~fiber.runtime.pool.result_codec`)."""
-    return encode(results, op + _HEADER.pack(worker_id, line))
+                   op: bytes = RESULTS, busy: float = 0.0, ran: int = 0) -> bytes:
+    """A ``RESULTS`` (or ``PARTIAL``) message; a result that cannot be pickled fails
+    its own task (see :mod:`~fiber.runtime.pool.result_codec`). A ``RESULTS`` message
+    says how long the batch's ``ran`` tasks took, ``busy`` seconds (:data:`BATCH_TIME`)."""
+    head = op + _HEADER.pack(worker_id, line)
+    if op == RESULTS:
+        head += BATCH_TIME.pack(busy, ran)
+    return encode(results, head)
 
 
 class ResultSender:
@@ -302,6 +306,11 @@ class Giver:
             self._started.add(task_id)
             return True
 
+    def given_back(self) -> int:
+        """How many tasks of the running batch were given back (not run here)."""
+        with self._lock:
+            return len(self._skip[self.line])
+
     def end_batch(self) -> None:
         """The running batch ended (before its line's results go)."""
         with self._lock:
@@ -382,6 +391,8 @@ def worker(address: str, cid: int, worker_id: int,
                 load_functions(batch, funcs)  # slow imports are not the task's fault
                 confirm.request(cid, STARTED + _HEADER.pack(worker_id, line))
             giver.line = line
+            load_functions(batch, funcs)  # (importing a function is not the tasks' time)
+            began = _clock()
             if len(batch) > 1 and not sender_died:
                 if sender is None:
                     sender = ResultSender(client, cid, worker_id)
@@ -392,8 +403,10 @@ def worker(address: str, cid: int, worker_id: int,
                 sender_died = sender.error is not None
             else:
                 results = run_batch(batch, funcs, None, giver)
+            busy = _clock() - began
+            ran = len(batch) - giver.given_back()
             giver.end_batch()
-            ctx.send(cid, encode_results(worker_id, line, results))
+            ctx.send(cid, encode_results(worker_id, line, results, busy=busy, ran=ran))
             lines.append((line, ctx))
     finally:
         if sender is not None:

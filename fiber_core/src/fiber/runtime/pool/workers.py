@@ -70,6 +70,9 @@ logger = logging.getLogger("fiber")
 
 START_FAILURES_LIMIT = 3
 STARTER_THREADS = 32  # job creations under way at once, at most
+#: the worker set's list of processes is rid of the ended ones when it reaches this
+#: length, then each time it has doubled (amortised O(1) per start)
+PRUNE_AT = 64
 #: seconds terminate_workers waits for the workers to exit, before and after forcing
 END_JOIN_WAIT = 5.0
 
@@ -148,6 +151,7 @@ class WorkerSet:
         self._cid = cid
         self._hub = hub
         self.processes: list[WorkerProcess] = []  # every worker started, until joined
+        self._prune_at = PRUNE_AT  # its length at which the ended ones are dropped
         # where workers may be started (see the module); the pool's channels on hubs
         # other than its own (removed with it)
         self.placements = [Placement("pool", make_process, self._backend, hub, cid)]
@@ -315,8 +319,12 @@ class WorkerSet:
         with self._changed:
             for w in job:
                 self.start_began.pop(w.id, None)
-            self.processes[:] = [p for p in self.processes if p.exitcode is None]
             self.processes.append(process)
+            if len(self.processes) >= self._prune_at:
+                # the ended ones are dropped when the list has doubled since the last
+                # time (each start scanned it all: quadratic at thousands, issue #29)
+                self.processes[:] = [p for p in self.processes if p.exitcode is None]
+                self._prune_at = max(PRUNE_AT, 2 * len(self.processes))
             # (the finalizer is no longer alive once it has begun: from then on it ends
             # the processes it found, and this one is not among them)
             late = s.state == TERMINATE or not self.finalizer.still_active() \

@@ -22,6 +22,18 @@ __all__ = ["Listening", "StreamRequest"]  # and _Connection
 # peer numbers of stream connections start here, far above nng's 31-bit pipe ids
 _peer_ids = itertools.count(1 << 40)
 
+# each reading thread's buffer (READ_SIZE bytes), which a read copies out of at once:
+# one per connection cost the master 64 KiB per connected worker (issue #29)
+_buffers = threading.local()
+
+
+def _read_buffer() -> bytearray:
+    """The calling thread's read buffer (made on its first read)."""
+    chunk: bytearray | None = getattr(_buffers, "chunk", None)
+    if chunk is None:
+        chunk = _buffers.chunk = bytearray(READ_SIZE)
+    return chunk
+
 
 class Listening(Protocol):
     """What a connection asks of its listener (a StreamListener)."""
@@ -68,7 +80,6 @@ class _Connection:
         self.peer = next(_peer_ids)
         self.closed = False
         self._inbuf = bytearray()
-        self._chunk = bytearray(READ_SIZE)
         self._big: bytearray | None = None  # body of a big frame being read
         self._big_line = 0
         self._big_got = 0
@@ -84,6 +95,7 @@ class _Connection:
         or when a frame announces a length that cannot be allocated (not a frame of
         fiber's: the connection is dropped, not the thread that reads it)."""
         frames: list[tuple[int, bytes]] = []
+        chunk = _read_buffer()
         while True:
             if self._big is not None:
                 view = memoryview(self._big)[self._big_got:]
@@ -99,13 +111,13 @@ class _Connection:
                     self._big = None
                 continue
             try:
-                got = self.sock.recv_into(self._chunk)
+                got = self.sock.recv_into(chunk)
             except (BlockingIOError, InterruptedError):
                 return frames
             if not got:
                 raise ConnectionResetError("connection closed")
             buf = self._inbuf
-            buf += memoryview(self._chunk)[:got]
+            buf += memoryview(chunk)[:got]
             start = 0
             while len(buf) - start >= _FRAME.size:
                 size, line = _FRAME.unpack_from(buf, start)

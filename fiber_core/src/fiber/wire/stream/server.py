@@ -58,6 +58,16 @@ _POLLIN, _POLLOUT = select.POLLIN, select.POLLOUT
 _PARK = 0.002
 
 
+_selector_thread = threading.local()
+
+
+def on_selector_thread() -> bool:
+    """Whether the calling thread is a listener's selector thread, which reads every
+    connection of its hub: a handler on it must not wait long (a channel whose lock is
+    busy hands its work to another thread, :mod:`fiber.runtime.pool.lines`)."""
+    return getattr(_selector_thread, "on", False)
+
+
 #: how a listener hands a request to its hub: ``dispatch(request, body, True)``
 Dispatch = Callable[[Request, bytes, bool], None]
 
@@ -168,6 +178,7 @@ class StreamListener:
 
     # -- the selector thread --------------------------------------------------------
     def _run(self) -> None:
+        _selector_thread.on = True
         sel = self._selector
         while not self._closed:
             try:
