@@ -23,7 +23,7 @@ from fiber.runtime.pool.tasks import Worker
 INTERFACE = {"size", "max_attempts", "pool_state", "failure", "processes", "check_running",
              "submit_call", "submit_chunks", "feed_started", "feed_ended", "close"}
 # what the imap feeder and the adapt driver use (scheduler.py lists them)
-FEEDER_INTERFACE = {"pool_state", "size", "submit_chunks"}
+FEEDER_INTERFACE = {"pool_state", "size", "submit_chunks", "feed_ended"}
 ADAPT_INTERFACE = {"pool_state", "failure", "size", "unfinished", "set_size",
                    "set_adaptive", "alive_workers", "queued", "task_time"}
 

@@ -39,7 +39,7 @@ from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
 from fiber.runtime.pool import checks, chunking, placement
 from fiber.runtime.pool.channel import PoolChannel, wait_directly
-from fiber.runtime.pool.feeder import Feeder
+from fiber.runtime.pool.feeder import Feeder, feed_ended
 from fiber.runtime.pool.observe import RunningTask, TaskError
 from fiber.runtime.pool.results import (
     ApplyResult,
@@ -94,14 +94,6 @@ _S = TypeVar("_S")
 
 _SEQUENCES = (list, tuple, range)
 _P = TypeVar("_P", bound="Pool")
-
-
-def _feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
-                feed: Feeder) -> None:
-    """A feeder's thread ends (it holds the pool's parts, not the pool)."""
-    with lock:
-        feeders.discard(feed)
-        scheduler.feed_ended()
 
 
 class Pool:
@@ -437,7 +429,7 @@ class Pool:
             return result
         feed = Feeder(self._scheduler, self._lock, func, iterable, chunksize,
                       TaskKind.MAP, result,
-                      functools.partial(_feed_ended, self._scheduler, self._lock,
+                      functools.partial(feed_ended, self._scheduler, self._lock,
                                         self._feeders))
         with self._lock:
             self._scheduler.feed_started()

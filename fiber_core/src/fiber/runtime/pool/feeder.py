@@ -248,3 +248,12 @@ class Feeder:
             return exc
         self._position += len(items)
         return None
+
+
+def feed_ended(scheduler: Scheduler, lock: threading.RLock, feeders: set[Feeder],
+               feed: Feeder) -> None:
+    """A feeder's thread ends (the pool's callback: it holds the pool's parts, not the
+    pool): it leaves the pool's ``feeders`` and the scheduler's count of feeders."""
+    with lock:
+        feeders.discard(feed)
+        scheduler.feed_ended()

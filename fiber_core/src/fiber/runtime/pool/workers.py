@@ -53,15 +53,15 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from fiber import threads, util
 from fiber.backend import Backend
 from fiber.errors import ProcessStartError
 from fiber.runtime import retry, run, submit, teardown
+from fiber.runtime.pool.ending import WorkerProcess, end_pool, terminate_workers
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import CLOSE, RUN, TERMINATE, Worker, settle
 from fiber.wire import transport
@@ -73,25 +73,6 @@ STARTER_THREADS = 32  # job creations under way at once, at most
 #: the worker set's list of processes is rid of the ended ones when it reaches this
 #: length, then each time it has doubled (amortised O(1) per start)
 PRUNE_AT = 64
-#: seconds terminate_workers waits for the workers to exit, before and after forcing
-END_JOIN_WAIT = 5.0
-
-
-class WorkerProcess(Protocol):
-    """What the worker set needs of a worker's process (a :class:`fiber.Process`)."""
-
-    _popen: Any
-
-    @property
-    def exitcode(self) -> int | None: ...
-
-    def start(self) -> None: ...
-
-    def terminate(self) -> None: ...
-
-    def kill(self) -> None: ...
-
-    def join(self, timeout: float | None = None) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -105,31 +86,6 @@ class Placement:
     backend: Backend
     hub: transport.Hub
     cid: int
-
-
-def terminate_workers(processes: list[WorkerProcess], hub: transport.Hub | None,
-                      cid: int, channels: Sequence[tuple[transport.Hub, int]] = ()) -> None:
-    """End ``processes`` after closing the pool's channel ``cid``: their jobs in bulk
-    (one call per backend), then a bounded wait, a forced end of those still running
-    and another bounded wait. A cluster that does not answer is asked again in the
-    background (:mod:`fiber.runtime.teardown`), so this returns within seconds."""
-    if hub is not None:
-        hub.remove_channel(cid)  # connected workers leave on their own
-        for other, other_cid in channels:  # the pool's channels on other placements' hubs
-            other.remove_channel(other_cid)
-    teardown.end_and_wait(list(processes), END_JOIN_WAIT)
-
-
-def end_pool(scheduler: Scheduler, changed: threading.Condition,
-             processes: list[WorkerProcess], hub: transport.Hub | None, cid: int,
-             channels: list[tuple[transport.Hub, int]]) -> None:
-    """The end of a pool that was not terminated before (at exit, or when it is
-    garbage collected), as terminate(): what is pending fails, the workers end."""
-    with changed:
-        failed = scheduler.terminate()
-    if failed:
-        settle(failed)
-    terminate_workers(processes, hub, cid, channels)
 
 
 class WorkerSet:
