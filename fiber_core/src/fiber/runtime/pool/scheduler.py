@@ -583,18 +583,9 @@ class Scheduler:
             if w is self.recent and w.listed == IDLE_LIST:
                 idle.pop()  # (relisted by that result: the last entry)
                 w.listed = ""
-                if w.alive and not w.stopping and w.free_line() is not None \
-                        and (self.maxtasks is None or w.dispatched < self.maxtasks):
+                if self._usable(w):
                     return w
-        while idle:
-            w = idle.popleft()
-            if w.listed != IDLE_LIST:
-                continue  # a stale entry: it moved to the other list
-            w.listed = ""
-            if w.alive and not w.stopping and w.free_line() is not None \
-                    and (self.maxtasks is None or w.dispatched < self.maxtasks):
-                return w
-        return None
+        return self._first_usable(idle, IDLE_LIST)
 
     def next_worker(self) -> Worker | None:
         """A worker with a line to answer: one with nothing to do, else a busy one (not
@@ -602,14 +593,24 @@ class Scheduler:
         w = self.idle_worker()
         if w is not None or not self.may_prefetch():
             return w
-        spare = self.spare
-        while spare:
-            w = spare.popleft()
-            if w.listed != SPARE:
+        return self._first_usable(self.spare, SPARE)
+
+    def _usable(self, w: Worker) -> bool:
+        """Whether ``w`` may be handed a batch now: alive, not stopping, with a line
+        free and short of its ``maxtasks``."""
+        return (w.alive and not w.stopping and w.free_line() is not None
+                and (self.maxtasks is None or w.dispatched < self.maxtasks))
+
+    def _first_usable(self, entries: collections.deque[Worker], tag: str) -> Worker | None:
+        """The first usable worker of the list ``entries`` (whose entries say ``tag``
+        in ``listed`` while they are on it), taken off it with the stale entries
+        before it."""
+        while entries:
+            w = entries.popleft()
+            if w.listed != tag:
                 continue  # a stale entry: it moved to the other list
             w.listed = ""
-            if w.alive and not w.stopping and w.free_line() is not None \
-                    and (self.maxtasks is None or w.dispatched < self.maxtasks):
+            if self._usable(w):
                 return w
         return None
 
