@@ -132,8 +132,28 @@ class FaultProxy:
                 item.close()
             except OSError:
                 pass
+        port = self._server.server_address[1]
         self._server.server_close()
         self._thread.join(10)
+        _reserve(port)
+
+
+# Ports of closed proxies, kept bound (not listening) until this process exits: a
+# client of the cluster that still retries against a closed proxy is refused, instead
+# of reaching whatever program of another test binds that port next (a core test's
+# fiber program then printed that it refused an HTTP request, in a lanes run).
+_RESERVED: list[socket.socket] = []
+
+
+def _reserve(port: int) -> None:
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+    except OSError:  # taken already: nothing to keep
+        sock.close()
+        return
+    _RESERVED.append(sock)
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
