@@ -58,8 +58,14 @@ def test_host_outage_and_killed_workers_lose_nothing(ssh_fiber, ssh_hosts, tmp_p
         pool.join()
     runs = fault_map.executions_in(log)
     duplicates = fault_map.check_exactly_once(result, n, runs, faults)
-    # the outage itself cost no worker: only the killed ones were lost
-    assert stats.lost == len(faults.kills), (stats.lost, faults.kills)
+    # the outage itself cost no connected worker: only the killed ones were lost, plus
+    # any replacement whose job was started on h2 as the link went down and so never
+    # connected (its job ends lost before connecting, with a warning naming it)
+    never_connected = [r.getMessage() for r in caplog.records
+                       if "before it connected back" in r.getMessage()]
+    assert stats.lost == len(faults.kills) + len(never_connected), (
+        stats.lost, faults.kills, never_connected)
+    assert len(never_connected) <= 2, never_connected
     trusted = [r.getMessage() for r in caplog.records if "fiber trusts the job" in
                r.getMessage()]
     assert trusted, [r.getMessage() for r in caplog.records]
