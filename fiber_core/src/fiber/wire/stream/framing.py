@@ -9,7 +9,9 @@ namespace) connects to the abstract Unix socket NAME instead of TCP.
 
 from __future__ import annotations
 
+import errno
 import socket
+import time
 
 from fiber.wire.protocol import STREAM_FRAME as FRAME
 from fiber.wire.protocol import STREAM_SCHEME as SCHEME
@@ -47,9 +49,33 @@ def connect(host: str, port: int, local: str | None, timeout: float) -> socket.s
             return sock
         except OSError:
             sock.close()  # another host or namespace: TCP it is
-    sock = socket.create_connection((host, port), timeout=timeout)
+    sock = _connect_tcp(host, port, timeout)
     nodelay(sock)
     return sock
+
+
+# errors that say the path to the listener is down, not that nobody listens: a link
+# cut for a moment (a host's network restarting, a switch, a cut veth in the tests)
+_PATH_DOWN = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
+                        errno.EHOSTDOWN})
+
+
+def _connect_tcp(host: str, port: int, timeout: float) -> socket.socket:
+    """Connect within ``timeout`` seconds, trying again while the path is down (a
+    starting job whose host lost its link for a few seconds still connects: one that
+    was already connected rides out such an outage too, see heartbeat_timeout); any
+    other error, or the path still down at the deadline, raises at once."""
+    deadline = time.monotonic() + timeout
+    pause = 0.05
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return socket.create_connection((host, port), timeout=max(left, 0.05))
+        except OSError as exc:
+            if exc.errno not in _PATH_DOWN or left <= 0:
+                raise
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.5)
 
 
 def nodelay(sock: socket.socket) -> None:
