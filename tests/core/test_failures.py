@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 
+import left_logs
 import pytest
 
 import fiber
@@ -61,7 +62,11 @@ def test_child_dying_before_it_connects(tmp_path, fresh_config):
 
 
 def test_children_exit_when_parent_is_killed(run_script, tmp_path):
+    """The program is killed (SIGKILL): its children and pool workers exit, and the log
+    directory its backend made, which it could not remove, is removed here (in a temp
+    directory of its own: tests/left_logs.py)."""
     pidfile = tmp_path / "pids"
+    tmpdir = left_logs.own_tmpdir(tmp_path)
     parent = subprocess.Popen([sys.executable, "-c", f"""
 import time, fiber
 if __name__ == "__main__":
@@ -77,7 +82,7 @@ if __name__ == "__main__":
     workers = [w.process.pid for w in pool.stats().workers if w.process]
     open({str(pidfile)!r}, "w").write(" ".join(str(x) for x in [p.pid for p in procs] + workers))
     time.sleep(300)
-"""], cwd=tmp_path)
+"""], cwd=tmp_path, env={**os.environ, "TMPDIR": tmpdir})
     deadline = time.monotonic() + 60
     while not pidfile.exists() or not pidfile.read_text().strip():
         assert time.monotonic() < deadline and parent.poll() is None
@@ -94,6 +99,7 @@ if __name__ == "__main__":
         time.sleep(0.2)
         alive = [pid for pid in pids if _alive(pid)]
     assert alive == [], f"orphans left: {alive}"
+    left_logs.remove_left_logs(tmpdir)
 
 
 def _alive(pid: int) -> bool:

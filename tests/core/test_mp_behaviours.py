@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 
+import left_logs
 import pytest
 
 RUN_TIMEOUT = 90
@@ -137,15 +138,21 @@ if __name__ == "__main__":
 """
 
 
-def test_parent_process_sentinel_follows_the_real_parent(run_script):
-    mp_out, fiber_out = _both(run_script, PARENT_SENTINEL)
+def test_parent_process_sentinel_follows_the_real_parent(run_script, tmp_path):
+    """The child is killed (SIGKILL): the log directory its backend made for the
+    grandchild stays (in a temp directory of the program's own) and is removed here."""
+    tmpdir = left_logs.own_tmpdir(tmp_path)
+    mp_out, fiber_out = _both(run_script, PARENT_SENTINEL, env={"TMPDIR": tmpdir})
     assert fiber_out == mp_out
     assert "('parent gone', True, False)" in fiber_out
+    left_logs.remove_left_logs(tmpdir)
 
 
-def test_a_child_watching_its_parent_still_exits_after_the_grace(run_script):
+def test_a_child_watching_its_parent_still_exits_after_the_grace(run_script, tmp_path):
     """fiber only: a job outlives its parent by at most parent_link.GRACE seconds, even
-    when it watches the parent's sentinel and never ends by itself (no orphans)."""
+    when it watches the parent's sentinel and never ends by itself (no orphans). The
+    killed child's log directory is removed here (tests/left_logs.py)."""
+    tmpdir = left_logs.own_tmpdir(tmp_path)
     result = run_script("""
         import os, time
         import fiber
@@ -177,9 +184,10 @@ def test_a_child_watching_its_parent_still_exits_after_the_grace(run_script):
             waited = time.monotonic() - start
             print("gone after", round(waited), "s; limit", parent_link.GRACE + 20)
             print("ended", waited < parent_link.GRACE + 20)
-        """, timeout=90)
+        """, timeout=90, env={"TMPDIR": tmpdir})
     assert result.returncode == 0, result.stderr
     assert "ended True" in result.stdout, result.stdout
+    left_logs.remove_left_logs(tmpdir)
 
 
 UNCLOSED_POOL = """

@@ -5,11 +5,13 @@ machine may be loaded."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
 import time
 
+import adapt_burst
 import pytest
 
 import fiber
@@ -50,12 +52,7 @@ def sleep_long(_):
     time.sleep(30)
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
+wait_for = functools.partial(adapt_burst.wait_for, every=0.02)
 
 
 def alive_workers():

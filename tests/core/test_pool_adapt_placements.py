@@ -6,10 +6,12 @@ workers never connect. Timings are bounds: the machine may be loaded."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 
+import adapt_burst
 import pytest
 
 import fiber
@@ -22,16 +24,8 @@ def pid_after(seconds):
     return os.getpid()
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.05)
-
-
-def by_placement(pool):
-    return [(p.busy + p.idle + p.starting + p.pending) for p in pool.stats().adapt.placements]
+wait_for = functools.partial(adapt_burst.wait_for, every=0.05)
+by_placement = adapt_burst.held
 
 
 def test_a_burst_fills_the_first_placement_then_the_next_and_both_go_back_to_zero():

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+import left_logs
 from test_faults import faulty_env  # tests/core is on sys.path (rootdir conftest)
 
 from fiber.backend import ClusterUnreachableError, Job, JobSpec
@@ -128,8 +129,9 @@ def test_terminate_of_an_unreachable_cluster_is_said_at_exit(tmp_path):
         "        time.sleep(0.01)\n"
         "    p._popen._connected = False  # as if it had not said hello yet\n"
         "    print(p.job_id, p.pid, flush=True)\n")
+    tmpdir = left_logs.own_tmpdir(tmp_path)  # what the job's kill leaves is removed here
     env = {**os.environ, **faulty_env(FAULTY_TERMINATE_DOWN="0",
-                                       FAULTY_POLL_OUTAGE="600")}
+                                       FAULTY_POLL_OUTAGE="600"), "TMPDIR": tmpdir}
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
@@ -145,6 +147,7 @@ def test_terminate_of_an_unreachable_cluster_is_said_at_exit(tmp_path):
             os.kill(int(pid), 9)
         except ProcessLookupError:
             pass
+    left_logs.remove_left_logs(tmpdir)
 
 
 FORGETFUL = """

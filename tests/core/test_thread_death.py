@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 
+import left_logs
 import pytest
 
 from fiber import threads
@@ -451,8 +452,9 @@ def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, k
 
     script = tmp_path / "main.py"
     script.write_text(AT_EXIT_PROGRAM)
+    tmpdir = left_logs.own_tmpdir(tmp_path)  # what the job's kill leaves is removed here
     env = {**os.environ, **faulty_env(FAULTY_TERMINATE_DOWN="0", FAULTY_POLL_OUTAGE="600"),
-           threads.FAULT_ENV: kind}
+           threads.FAULT_ENV: kind, "TMPDIR": tmpdir}
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
                           env=env, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
@@ -470,6 +472,7 @@ def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, k
             os.kill(int(pid), signal.SIGKILL)
         except ProcessLookupError:
             pass
+    left_logs.remove_left_logs(tmpdir)
 
 
 def test_fiber_thread_error_names_the_thread_and_keeps_the_cause():

@@ -18,6 +18,7 @@ import time
 
 import fault_map
 import pytest
+from adapt_burst import burst_and_back, held, wait_for
 from engines import slurm as slurm_engine
 
 import fiber
@@ -26,59 +27,28 @@ from fiber.runtime.run import run_id
 pytestmark = pytest.mark.timeout(240)
 
 
-def where(seconds: float) -> tuple[float, str | None]:
-    """When the task began, and its Slurm job (None: not in a Slurm job)."""
+def where(i: int) -> tuple[int, float, str | None]:
+    """The task's number, when it began, and its Slurm job (None: not in a Slurm job)."""
     began = time.time()
-    time.sleep(seconds)
-    return began, os.environ.get("SLURM_JOB_ID")
+    time.sleep(0.5)
+    return i, began, os.environ.get("SLURM_JOB_ID")
 
 
-def wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.1)
-
-
-def held(pool) -> list[int]:
-    return [p.busy + p.idle + p.starting + p.pending
-            for p in pool.stats().adapt.placements]
+def where_briefly(i: int) -> tuple[int, float, str | None]:
+    """As :func:`where`, 0.2 s long."""
+    began = time.time()
+    time.sleep(0.2)
+    return i, began, os.environ.get("SLURM_JOB_ID")
 
 
 def test_a_burst_goes_from_local_to_slurm_and_back(slurm_cluster, squeue_live):
-    """local max 2, then slurm max 4: the map runs on both; the pool never holds more
-    than each placement's maximum; after the idle timeout both are at zero and the
-    Slurm jobs are gone; the time from the map to the first task on a Slurm worker is
-    printed (bench/RESULTS.md section 13)."""
+    """local max 2, then slurm max 4: the map runs on both, each task once; the pool
+    never holds more than each placement's maximum; after the idle timeout both are at
+    zero and the Slurm jobs are gone; the time from the map to the first task on a
+    Slurm worker is printed (bench/RESULTS.md section 13; adapt_burst.burst_and_back)."""
     run = run_id()
-    local, slurm = fiber.get_context("local"), fiber.get_context("slurm")
-    pool = fiber.Pool(1, context=local)
-    try:
-        pool.adapt(0, placements=[(local, 2), (slurm, 4)], idle_timeout=2.0)
-        started = time.time()
-        result = pool.map_async(where, [0.5] * 60, chunksize=1)
-        most = [0, 0]
-        while not result.ready():
-            counts = held(pool)
-            most = [max(m, c) for m, c in zip(most, counts, strict=True)]
-            time.sleep(0.1)
-        out = result.get()
-        took = time.time() - started
-        assert most[0] <= 2 and most[1] <= 4, most
-        on_slurm = [began for began, job in out if job is not None]
-        on_local = [began for began, job in out if job is None]
-        assert on_slurm and on_local, (len(on_slurm), len(on_local))
-        first = min(on_slurm) - started
-        print(f"adaptive pool local 2 + slurm 4, 60 tasks of 0.5 s: {took:.1f} s; "
-              f"{len(on_slurm)} on Slurm; first Slurm task {first:.2f} s after the map")
-        wait_for(lambda: held(pool) == [0, 0], 60, "both placements at zero")
-        wait_for(lambda: not squeue_live(f"fiber-{run}"), 60, "no Slurm job left")
-        assert pool.map(abs, range(-3, 3)) == [3, 2, 1, 0, 1, 2]
-    finally:
-        pool.terminate()
-        pool.join()
-    wait_for(lambda: not squeue_live(f"fiber-{run}"), 90, "no Slurm job left")
+    burst_and_back("slurm", 4, where, lambda job: job is not None,
+                   lambda: squeue_live(f"fiber-{run}"), "no Slurm job left", n=60)
 
 
 def test_controller_frozen_during_a_burst_local_carries_on(slurm_cluster, squeue_live,
@@ -156,7 +126,7 @@ def test_jobs_the_cluster_queues_count_as_coming_and_are_cancelled(slurm_cluster
     _partition("DOWN")
     try:
         pool.adapt(0, placements=[(local, 1), (slurm, 3)], idle_timeout=30.0)
-        result = pool.map_async(where, [0.2] * 40, chunksize=1)
+        result = pool.map_async(where_briefly, range(40), chunksize=1)
         most_jobs, most_pending, states = 0, 0, set()
         while not result.ready():
             jobs = _squeue_states(name)
@@ -165,7 +135,7 @@ def test_jobs_the_cluster_queues_count_as_coming_and_are_cancelled(slurm_cluster
             most_pending = max(most_pending, pool.stats().adapt.placements[1].pending)
             time.sleep(0.2)
         out = result.get()
-        assert len(out) == 40 and all(job is None for _, job in out)  # all on local
+        assert len(out) == 40 and all(job is None for _, _, job in out)  # all on local
         assert most_jobs == 3 and most_pending == 3, (most_jobs, most_pending)
         assert states == {"PENDING"}, states
         assert pool.stats().started <= 1 + 3, pool.stats().started
