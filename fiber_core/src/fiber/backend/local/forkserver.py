@@ -31,6 +31,7 @@ The template exits when its backend's connection closes.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's C half (no stub): see _child
 import gc
 import os
 import pickle
@@ -56,6 +57,8 @@ _PRELOAD = ("pkgutil", "encodings.idna")
 _OWN_PACKAGE = __name__.split(".")[0]
 
 _LEN = struct.Struct("<I")
+# the signals the template handles or ignores, which a job has at their defaults
+_DEFAULT_SIGNALS = (int(signal.SIGCHLD), int(signal.SIGTERM), int(signal.SIGINT))
 
 
 def send_message(sock: socket.socket, message: object) -> None:
@@ -86,9 +89,10 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # the C functions: signal.signal's wrapper makes an enum of the old handler,
+        # whose machinery touches (and copies) dozens of the template's pages
+        for signum in _DEFAULT_SIGNALS:
+            _signal.signal(signum, _signal.SIG_DFL)
         for closable in closables:
             closable.close()
         for fd in pipe_fds:
@@ -107,6 +111,9 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
         sys.argv = [module]
+        entry = _entries.get(module)
+        if entry is not None:
+            _run_entry(module, entry)
         _forget(module)
         job = _job_code.get(module)
         if job is None:
@@ -124,6 +131,20 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
             code = 1
     finally:
         os._exit(code)
+
+
+def _run_entry(module: str, entry: Callable[[], object]) -> None:
+    """In the child: run a job module that names its entry point (``FORKED_MAIN``,
+    see :func:`_import_once`) by calling it in the template's imported module, which
+    becomes ``__main__`` (what ``python -m`` would run, without executing the module's
+    code again: that made its functions and classes anew, touching and so copying
+    about a hundred of the template's pages)."""
+    main = sys.modules[module]
+    sys.modules["__main__"] = main
+    path = getattr(main, "__file__", None)
+    if path:
+        sys.argv[0] = path
+    entry()
 
 
 def _set_environment(env: Mapping[str, str]) -> None:
@@ -340,6 +361,10 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
 
 # a job module's spec and compiled code, found once here (see :func:`_import_once`)
 _job_code: dict[str, tuple[ModuleSpec, types.CodeType]] = {}
+# a job module's entry point and its preparation before a fork, when it names them
+# (see :func:`_import_once`)
+_entries: dict[str, Callable[[], object]] = {}
+_prepares: dict[str, Callable[[Mapping[str, str], str], object]] = {}
 
 
 def _import_once(module: str) -> None:
@@ -347,8 +372,15 @@ def _import_once(module: str) -> None:
     runs the module itself afresh: :func:`_forget`), and keep its spec and compiled
     code, so that a child neither searches for the module nor compiles it (without a
     bytecode cache, e.g. under ``PYTHONDONTWRITEBYTECODE``, that compile was most of a
-    job's CPU before its first task); a failure is the job's to report."""
-    if module in _job_code:
+    job's CPU before its first task); a failure is the job's to report. A module
+    that names the function its ``if __name__ == "__main__":`` block calls, in a
+    global ``FORKED_MAIN`` (fiber's bootstrap does), is not run again: the child calls
+    that function of the module imported here (:func:`_run_entry`). One that names
+    in ``FORKED_PREPARE`` a function of ``(env, cwd)`` has it called here before each
+    fork with the job's environment and working directory, to do for the child what
+    does not depend on the child itself (fiber's bootstrap computes the job's
+    settings: :func:`fiber.runtime.config.prepare_for_child`)."""
+    if module in _job_code or module in _entries:
         return
     import importlib
     import importlib.util
@@ -362,6 +394,12 @@ def _import_once(module: str) -> None:
                 _job_code[module] = (spec, code)
         if module not in sys.modules:
             importlib.import_module(module)
+        entry = getattr(sys.modules[module], "FORKED_MAIN", None)
+        if callable(entry):
+            _entries[module] = entry
+        prepare = getattr(sys.modules[module], "FORKED_PREPARE", None)
+        if callable(prepare):
+            _prepares[module] = prepare
     except Exception:  # noqa: BLE001 - the job imports it again and reports it
         pass
 
@@ -376,6 +414,18 @@ def _run_as_main(spec: ModuleSpec, code: types.CodeType) -> None:
     if spec.origin:
         sys.argv[0] = spec.origin
     exec(code, main.__dict__)
+
+
+def _prepare(module: str, env: Mapping[str, str], cwd: str | None) -> None:
+    """Call the job module's ``FORKED_PREPARE(env, cwd)``, when it names one (see
+    :func:`_import_once`), here before the fork; a failure is the job's to report
+    (it does that work itself)."""
+    prepare = _prepares.get(module)
+    if prepare is not None:
+        try:
+            prepare(env, cwd or os.getcwd())
+        except Exception:  # noqa: BLE001 - the job does it itself
+            pass
 
 
 def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
@@ -426,6 +476,7 @@ def serve(fd: int) -> None:
                     _tell(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
                 _import_once(module)
+                _prepare(module, env, cwd)
                 gc.freeze()  # the objects so far are never collected in a child
                 pid = os.fork()
                 if pid == 0:
