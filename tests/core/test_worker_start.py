@@ -76,11 +76,17 @@ def bootstrap_is_the_template_s():
     boot = sys.modules.get("fiber.runtime.bootstrap")
     return boot is not None and type(sys.stdout) is boot._Forwarder
 
+def streams_are_the_template_s():
+    # (private read: the stream the job's stdout falls back to, its log)
+    original = sys.stdout._original
+    return original is sys.__stdout__ and original.fileno() == 1
+
 if __name__ == "__main__":
     with fiber.Pool(1) as pool:
         print("quiet", pool.apply(threads_now, (False,)))
         print("said", pool.apply(threads_now, (True,)))
         print("same module", pool.apply(bootstrap_is_the_template_s))
+        print("same streams", pool.apply(streams_are_the_template_s))
 """
 
 
@@ -104,6 +110,18 @@ def test_a_forked_job_runs_the_template_s_bootstrap(run_script):
                                              "FIBER_LOCAL_START_METHOD": "forkserver"})
     assert result.returncode == 0, result.stderr
     assert "same module True" in result.stdout, result.stdout
+
+
+def test_a_forked_job_writes_its_log_through_the_template_s_streams(run_script):
+    """A job forked by the template, whose descriptors 1 and 2 are its log, keeps the
+    template's ``sys.stdout`` and ``sys.stderr`` on them (what the bootstrap falls back
+    to) rather than making two new ones (some eighty pages of the template's memory
+    copied per job); a job that fails before it runs its process still has its
+    traceback in the error its parent raises (tests/core/test_bootstrap_guard.py)."""
+    result = run_script(THREADS_SCRIPT, env={"FIBER_BACKEND": "local",
+                                             "FIBER_LOCAL_START_METHOD": "forkserver"})
+    assert result.returncode == 0, result.stderr
+    assert "same streams True" in result.stdout, result.stdout
 
 
 def test_a_spawned_job_runs_the_bootstrap_as_main(run_script):

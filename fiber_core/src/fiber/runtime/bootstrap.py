@@ -318,7 +318,21 @@ def _run() -> None:
 # directory: its settings, computed there once for all jobs alike
 # (fiber.backend.local.forkserver)
 FORKED_MAIN = _run
-FORKED_PREPARE = config.prepare_for_child
+
+
+def _before_fork(env: dict[str, str], cwd: str) -> None:
+    """``FORKED_PREPARE``: the job's settings, and OpenSSL's HMAC made ready once in
+    the template (a job's first HMAC, for its handshake, otherwise set up OpenSSL's
+    digest state itself: some thirty pages)."""
+    global _hmac_ready
+    config.prepare_for_child(env, cwd)
+    if not _hmac_ready:
+        auth.answer(b"\0" * 32, b"", b"")
+        _hmac_ready = True
+
+
+_hmac_ready = False
+FORKED_PREPARE = _before_fork
 
 if __name__ == "__main__":
     _run()

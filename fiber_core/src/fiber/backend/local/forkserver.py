@@ -83,7 +83,7 @@ def recv_message(sock: socket.socket, buffer: bytearray) -> list[Any]:
 
 
 def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
-           pipe_fds: tuple[int, int], module: str, env: dict[str, str],
+           pipe_fds: tuple[int, int], module: str, env_changes: _EnvChanges,
            cwd: str | None, log_path: str) -> NoReturn:
     """In the forked child: become the job."""
     code = 1
@@ -105,13 +105,17 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
-        _set_environment(env)
+        _change_environment(*env_changes)
         if cwd:
             os.chdir(cwd)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
-        sys.argv = [module]
         entry = _entries.get(module)
+        if entry is None or not _streams_on_1_and_2:
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+        # (else the template's own streams, on file descriptors 1 and 2, which are the
+        # job's log now: making two new ones copied some eighty pages; fiber's
+        # bootstrap replaces them as it starts, writing to them only on failures)
+        sys.argv = [module]
         if entry is not None:
             _run_entry(module, entry)
         _forget(module)
@@ -147,17 +151,27 @@ def _run_entry(module: str, entry: Callable[[], object]) -> None:
     entry()
 
 
-def _set_environment(env: Mapping[str, str]) -> None:
-    """Make this process's environment exactly ``env``, changing only the variables
-    that differ (a job's environment is mostly the template's: clearing and refilling
-    it touched every variable, a page fault each on memory shared with the
-    template)."""
+_EnvChanges = tuple[list[str], list[tuple[str, str]]]
+
+
+def _environment_changes(env: Mapping[str, str]) -> _EnvChanges:
+    """Before a fork: what makes this process's environment exactly ``env``, the
+    variables to remove and those to set (a job's environment is mostly the
+    template's: clearing and refilling it touched every variable, and comparing them
+    all in the child still read about forty pages' worth of them)."""
     current = os.environ
-    for name in [name for name in current if name not in env]:
+    removed = [name for name in current if name not in env]
+    changed = [(name, value) for name, value in env.items() if current.get(name) != value]
+    return removed, changed
+
+
+def _change_environment(removed: list[str], changed: list[tuple[str, str]]) -> None:
+    """In the child: apply :func:`_environment_changes`."""
+    current = os.environ
+    for name in removed:
         del current[name]
-    for name, value in env.items():
-        if current.get(name) != value:
-            current[name] = value
+    for name, value in changed:
+        current[name] = value
 
 
 def _forget(module: str) -> None:
@@ -438,8 +452,22 @@ def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
         os._exit(0)
 
 
+def _on_fd(stream: object, fd: int) -> bool:
+    try:
+        return stream is not None and stream.fileno() == fd  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# whether this process's sys.stdout and sys.stderr write to file descriptors 1 and 2
+# (a job of a module with an entry point keeps them: see _child)
+_streams_on_1_and_2 = False
+
+
 def serve(fd: int) -> None:
+    global _streams_on_1_and_2
     conn = socket.socket(fileno=fd)
+    _streams_on_1_and_2 = _on_fd(sys.stdout, 1) and _on_fd(sys.stderr, 2)
     preload()
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
@@ -477,10 +505,11 @@ def serve(fd: int) -> None:
                     continue
                 _import_once(module)
                 _prepare(module, env, cwd)
+                changes = _environment_changes(env)
                 gc.freeze()  # the objects so far are never collected in a child
                 pid = os.fork()
                 if pid == 0:
-                    _child([conn, selector], (read_end, write_end), module, env, cwd,
+                    _child([conn, selector], (read_end, write_end), module, changes, cwd,
                            log_path)
                 _tell(conn, ("spawned", key_, pid))
 
