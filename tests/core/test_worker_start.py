@@ -131,3 +131,29 @@ def test_a_spawned_job_runs_the_bootstrap_as_main(run_script):
     assert result.returncode == 0, result.stderr
     assert "same module False" in result.stdout and "quiet []" in result.stdout, \
         result.stdout + result.stderr
+
+
+GROUP_SCRIPT = """
+import os, sys
+import fiber
+
+def log_growth(_):
+    before = os.fstat(1).st_size  # (descriptor 1 is the job's log)
+    print("from a worker of a group")
+    sys.stdout.flush()
+    return os.fstat(1).st_size - before
+
+if __name__ == "__main__":
+    with fiber.Pool(2, workers_per_job=2) as pool:
+        print("grew", min(pool.map(log_growth, range(8), chunksize=1)))
+"""
+
+
+def test_a_worker_forked_in_a_job_writes_its_output_to_the_job_s_log(run_script):
+    """A worker of a job running several (``workers_per_job``: each is forked from the
+    job, which owns the connection to the parent) writes what it prints to the job's
+    own log. Before, its lines were queued for the job's output thread, which a
+    forked process does not have: lost without a word."""
+    result = run_script(GROUP_SCRIPT, env={"FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    assert "grew 25" in result.stdout, result.stdout + result.stderr

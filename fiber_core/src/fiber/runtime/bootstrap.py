@@ -87,7 +87,7 @@ class _Output:
 
     def queue(self, stream: bytes, text: str) -> None:
         """Send ``text`` to the parent's ``stream`` (with :attr:`cond` held)."""
-        if self._thread is None and os.getpid() != self._owner:
+        if os.getpid() != self._owner:  # (the thread, if any, is the job's)
             self._write_own([(stream, text)])
             return
         self._pending.append((stream, text))
