@@ -157,3 +157,13 @@ def test_a_worker_forked_in_a_job_writes_its_output_to_the_job_s_log(run_script)
     result = run_script(GROUP_SCRIPT, env={"FIBER_BACKEND": "local"})
     assert result.returncode == 0, result.stderr
     assert "grew 25" in result.stdout, result.stdout + result.stderr
+
+
+def test_a_hello_encoded_once_says_what_hello_says():
+    """The template encodes its jobs' hello once but for the pid
+    (``protocol.hello_maker``): the parent reads the same fields from it."""
+    from fiber.wire import protocol
+
+    made = protocol.hello_maker("host-1")(4242)
+    assert protocol.parse_hello(made) == protocol.parse_hello(protocol.hello(4242, "host-1"))
+    assert protocol.mismatch(protocol.parse_hello(made)) is None

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 from fiber import threads, util
@@ -262,8 +263,9 @@ def main() -> int:
     if hub_address:  # (they name the parent's hub by its nng address)
         transport.reach_by_stream(hub_address, address)
     try:
-        reply = client.request(channel, Control.HELLO
-                               + protocol.hello(os.getpid(), socket.gethostname()))
+        body = (_hello(os.getpid()) if _hello is not None
+                else protocol.hello(os.getpid(), socket.gethostname()))
+        reply = client.request(channel, Control.HELLO + body)
     except ConnectionLostError as exc:
         # refused (it runs another fiber, protocol or Python: the reply says which):
         # one line for the job's log, which is what a user of the backend sees
@@ -321,17 +323,19 @@ FORKED_MAIN = _run
 
 
 def _before_fork(env: dict[str, str], cwd: str) -> None:
-    """``FORKED_PREPARE``: the job's settings, and OpenSSL's HMAC made ready once in
-    the template (a job's first HMAC, for its handshake, otherwise set up OpenSSL's
-    digest state itself: some thirty pages)."""
-    global _hmac_ready
+    """``FORKED_PREPARE``: the job's settings; once, OpenSSL's HMAC made ready (a
+    job's first HMAC, for its handshake, otherwise set up OpenSSL's digest state
+    itself: some thirty pages) and the hello encoded but for the pid (the template's
+    host is its jobs')."""
+    global _hello
     config.prepare_for_child(env, cwd)
-    if not _hmac_ready:
+    if _hello is None:
         auth.answer(b"\0" * 32, b"", b"")
-        _hmac_ready = True
+        _hello = protocol.hello_maker(socket.gethostname())
 
 
-_hmac_ready = False
+# a forked job's hello body, given its pid (made by _before_fork in the template)
+_hello: Callable[[int], bytes] | None = None
 FORKED_PREPARE = _before_fork
 
 if __name__ == "__main__":
