@@ -30,6 +30,8 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
+from typing import Any
 
 from fiber import threads, util
 from fiber.backend.secrets import SecretsFileError, load_secrets
@@ -52,30 +54,110 @@ def _exit_parent_gone(reason: str) -> None:
     util.exit_now(f"fiber: parent process is gone ({reason}); exiting", PARENT_GONE_EXIT)
 
 
-class _Forwarder(io.TextIOBase):
-    """A text stream whose lines go to the parent's stdout or stderr, in order, sent
-    by a background thread in batches."""
+#: seconds the first line written waits for the output thread to run (see _Output)
+_START_WAIT = 2.0
 
-    def __init__(self, client: transport.StreamClient, channel: int, stream: bytes,
-                 original) -> None:
-        self._ctx = client.context()
+
+class _Output:
+    """Sends the lines a job writes to its stdout and stderr (the :class:`_Forwarder`
+    streams) to its parent, in the order written, from one thread, in batches.
+
+    The thread starts with the first line to send (most pool workers print nothing:
+    starting a thread per stream that waited for output was a tenth of a worker's CPU
+    before its first task); that first write waits until the thread runs, so a thread
+    that dies as it starts fails it, but for at most :data:`_START_WAIT` seconds (the
+    write may come from a logging handler whose lock the dying thread needs to log its
+    death before it reports it: then the write goes on, the next one raises). The
+    lines a dead thread had not sent go to the job's own streams (its log), as those
+    of a thread that cannot reach the parent do. In a process forked from the job (a
+    pool's ``workers_per_job``), which does not own the connection, lines go to the
+    job's own streams."""
+
+    def __init__(self, client: transport.StreamClient, channel: int,
+                 originals: dict[bytes, Any]) -> None:
+        self._client = client
         self._channel = channel
-        self._stream = stream
-        self._original = original
-        self._pending: list[str] = []
-        self._partial = ""
-        self._cond = threading.Condition()
+        self.originals = originals  # stream (b"1", b"2") -> the job's own stream
+        self._pending: list[tuple[bytes, str]] = []
+        self.cond = threading.Condition()
         self._sending = False
-        self._error: FiberThreadError | None = None  # the thread died: writes raise it
-        self._thread = threads.start("fiber-output", self._run, fails=self._died,
-                                     name=f"fiber-output-{stream.decode()}")
+        self.error: FiberThreadError | None = None  # the thread died: writes raise it
+        self._owner = os.getpid()
+        self._thread: threading.Thread | None = None
+        self._up = False  # the thread runs its loop (or has died)
+
+    def queue(self, stream: bytes, text: str) -> None:
+        """Send ``text`` to the parent's ``stream`` (with :attr:`cond` held)."""
+        if os.getpid() != self._owner:  # (the thread, if any, is the job's)
+            self._write_own([(stream, text)])
+            return
+        self._pending.append((stream, text))
+        if self._thread is not None:
+            self.cond.notify()
+            return
+        self._thread = threads.start("fiber-output", self._run, fails=self._died)
+        self.cond.wait_for(lambda: self._up, _START_WAIT)
+        if self.error is not None:
+            raise self.error
+
+    def settle(self, timeout: float) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: not self._pending and not self._sending, timeout)
+
+    def _write_own(self, items: list[tuple[bytes, str]]) -> None:
+        for stream, text in items:
+            try:
+                self.originals[stream].write(text)
+                self.originals[stream].flush()
+            except (OSError, ValueError):
+                pass
 
     def _died(self, error: FiberThreadError) -> None:
-        with self._cond:
-            self._error = error
-            self._pending.clear()
+        with self.cond:
+            self.error = error
+            unsent, self._pending = self._pending, []
             self._sending = False
-            self._cond.notify_all()
+            self._up = True
+            self.cond.notify_all()
+        self._write_own(unsent)
+
+    def _run(self) -> None:
+        ctx = self._client.context()
+        with self.cond:
+            self._up = True
+            self.cond.notify_all()
+        while True:
+            with self.cond:
+                self.cond.wait_for(lambda: self._pending)
+                batch, self._pending = self._pending, []
+                self._sending = True
+            chunks: list[tuple[bytes, list[str]]] = []
+            for stream, text in batch:  # runs of one stream, in order
+                if chunks and chunks[-1][0] == stream:
+                    chunks[-1][1].append(text)
+                else:
+                    chunks.append((stream, [text]))
+            for stream, texts in chunks:
+                chunk = "".join(texts)
+                try:
+                    ctx.request(self._channel,
+                                Control.OUTPUT + stream + chunk.encode("utf-8", "replace"))
+                except Exception:  # noqa: BLE001 - the parent is gone; keep it in the logs
+                    self._write_own([(stream, chunk)])
+            with self.cond:
+                self._sending = False
+                self.cond.notify_all()
+
+
+class _Forwarder(io.TextIOBase):
+    """A text stream whose lines go to the parent's stdout or stderr (``stream``,
+    b"1" or b"2"), through the job's :class:`_Output`."""
+
+    def __init__(self, output: _Output, stream: bytes) -> None:
+        self._output = output
+        self._stream = stream
+        self._original = output.originals[stream]
+        self._partial = ""
 
     def writable(self) -> bool:
         return True
@@ -93,57 +175,33 @@ class _Forwarder(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
-        with self._cond:
-            if self._error is not None:
-                raise self._error
+        output = self._output
+        with output.cond:
+            if output.error is not None:
+                raise output.error
             data = self._partial + text
             cut = data.rfind("\n") + 1
             self._partial = data[cut:]
             if cut:
-                self._pending.append(data[:cut])
-                self._cond.notify()
+                output.queue(self._stream, data[:cut])
         return len(text)
 
     def flush(self) -> None:
-        with self._cond:
-            if self._partial:
-                self._pending.append(self._partial)
-                self._partial = ""
-                self._cond.notify()
+        output = self._output
+        with output.cond:
+            if self._partial and output.error is None:
+                partial, self._partial = self._partial, ""
+                output.queue(self._stream, partial)
 
     def settle(self, timeout: float = 10.0) -> None:
         """Wait until the whole lines written so far have reached the parent (what
         this process sends next, e.g. a manager's reply, then comes after them)."""
-        with self._cond:
-            if self._pending or self._sending:
-                self._cond.wait_for(lambda: not self._pending and not self._sending,
-                                    timeout)
+        self._output.settle(timeout)
 
     def drain(self, timeout: float = 10.0) -> None:
         """Flush, then wait until everything written has reached the parent."""
         self.flush()
-        with self._cond:
-            self._cond.wait_for(lambda: not self._pending and not self._sending, timeout)
-
-    def _run(self) -> None:
-        while True:
-            with self._cond:
-                self._cond.wait_for(lambda: self._pending)
-                chunk = "".join(self._pending)
-                self._pending.clear()
-                self._sending = True
-            try:
-                self._ctx.request(self._channel,
-                                  Control.OUTPUT + self._stream + chunk.encode("utf-8", "replace"))
-            except Exception:  # noqa: BLE001 - the parent is gone; keep it in the logs
-                try:
-                    self._original.write(chunk)
-                    self._original.flush()
-                except (OSError, ValueError):
-                    pass
-            with self._cond:
-                self._sending = False
-                self._cond.notify_all()
+        self._output.settle(timeout)
 
 
 def _heartbeat(client: transport.StreamClient, channel: int, interval: float, timeout: float) -> None:
@@ -205,8 +263,9 @@ def main() -> int:
     if hub_address:  # (they name the parent's hub by its nng address)
         transport.reach_by_stream(hub_address, address)
     try:
-        reply = client.request(channel, Control.HELLO
-                               + protocol.hello(os.getpid(), socket.gethostname()))
+        body = (_hello(os.getpid()) if _hello is not None
+                else protocol.hello(os.getpid(), socket.gethostname()))
+        reply = client.request(channel, Control.HELLO + body)
     except ConnectionLostError as exc:
         # refused (it runs another fiber, protocol or Python: the reply says which):
         # one line for the job's log, which is what a user of the backend sees
@@ -217,8 +276,8 @@ def main() -> int:
     threads.start("fiber-heartbeat", _heartbeat, client, channel, cfg.heartbeat_interval,
                   cfg.heartbeat_timeout, fails=threads.end_process)
     prep, payload = pickle.loads(reply)
-    out = _Forwarder(client, channel, b"1", sys.stdout)
-    err = _Forwarder(client, channel, b"2", sys.stderr)
+    output = _Output(client, channel, {b"1": sys.stdout, b"2": sys.stderr})
+    out, err = _Forwarder(output, b"1"), _Forwarder(output, b"2")
     sys.stdout, sys.stderr = out, err
     run.set_job(importing_main=True)
     try:
@@ -255,6 +314,29 @@ def _run() -> None:
         finally:
             os._exit(code)
 
+
+# what the local backend's template calls in a job it forks, instead of running this
+# module's code again, and before each fork, with the job's environment and working
+# directory: its settings, computed there once for all jobs alike
+# (fiber.backend.local.forkserver)
+FORKED_MAIN = _run
+
+
+def _before_fork(env: dict[str, str], cwd: str) -> None:
+    """``FORKED_PREPARE``: the job's settings; once, OpenSSL's HMAC made ready (a
+    job's first HMAC, for its handshake, otherwise set up OpenSSL's digest state
+    itself: some thirty pages) and the hello encoded but for the pid (the template's
+    host is its jobs')."""
+    global _hello
+    config.prepare_for_child(env, cwd)
+    if _hello is None:
+        auth.answer(b"\0" * 32, b"", b"")
+        _hello = protocol.hello_maker(socket.gethostname())
+
+
+# a forked job's hello body, given its pid (made by _before_fork in the template)
+_hello: Callable[[int], bytes] | None = None
+FORKED_PREPARE = _before_fork
 
 if __name__ == "__main__":
     _run()

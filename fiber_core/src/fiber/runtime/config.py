@@ -129,11 +129,19 @@ DEPRECATED: dict[str, tuple[str | None, str]] = {
 }
 
 
-def _translate(settings: Mapping[str, Any], source: str) -> dict[str, Any]:
+class _WouldWarn(Exception):
+    """Settings that use a deprecated name, computed with ``quiet=True``."""
+
+
+def _translate(settings: Mapping[str, Any], source: str,
+               quiet: bool = False) -> dict[str, Any]:
     """``settings`` with uber/fiber 0.2's names replaced by the new ones (warning once
-    per name); a new name given in the same source wins."""
+    per name; with ``quiet``, raising :class:`_WouldWarn` instead); a new name given
+    in the same source wins."""
     if not any(key in DEPRECATED for key in settings):
         return dict(settings)
+    if quiet:
+        raise _WouldWarn(source)
     out = {key: value for key, value in settings.items() if key not in DEPRECATED}
     for key, value in settings.items():
         if key not in DEPRECATED:
@@ -189,9 +197,12 @@ _code_settings: dict[str, Any] = {}
 _current: Config | None = None
 
 
-def config_files() -> list[Path]:
-    """The ``.fiberconfig`` files read, lowest precedence first."""
-    explicit = os.environ.get("FIBER_CONFIG_FILE")
+def config_files(environ: Mapping[str, str] | None = None,
+                 cwd: str | None = None) -> list[Path]:
+    """The ``.fiberconfig`` files read, lowest precedence first (for a process with
+    ``environ`` and working directory ``cwd``; default: this one's)."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get("FIBER_CONFIG_FILE")
     if explicit:
         path = Path(explicit)
         if not path.exists():
@@ -202,8 +213,12 @@ def config_files() -> list[Path]:
             raise ConfigError(
                 f"FIBER_CONFIG_FILE names {explicit}, which is a directory: name a file "
                 f"(such as {path / '.fiberconfig'}) or unset FIBER_CONFIG_FILE")
+        if not path.is_absolute() and cwd is not None:
+            path = Path(cwd) / path
         return [path]
-    candidates = [Path.home() / ".fiberconfig", Path.cwd() / ".fiberconfig"]
+    home = Path(environ["HOME"]) if environ is not os.environ and environ.get("HOME") \
+        else Path.home()
+    candidates = [home / ".fiberconfig", Path(cwd or os.getcwd()) / ".fiberconfig"]
     return [path for path in candidates if path.is_file()]
 
 
@@ -293,22 +308,32 @@ def _check_backend(name: Any) -> None:
 
 def load(code_settings: Mapping[str, Any] | None = None) -> Config:
     """Compute the effective settings from defaults, files, environment and code."""
+    cfg = _compute(code_settings, os.environ, None)
+    _apply(cfg)
+    return cfg
+
+
+def _compute(code_settings: Mapping[str, Any] | None, environ: Mapping[str, str],
+             cwd: str | None, quiet: bool = False) -> Config:
+    """The effective settings of a process with ``environ`` and working directory
+    ``cwd`` (None: this one's), without applying them (``quiet``: see
+    :func:`_translate`)."""
     options = {opt.name: opt for opt in [*CORE_OPTIONS, *registry.config_options()]}
     cfg = Config(options=options)
     for name, opt in options.items():
         cfg.values[name] = opt.default
         cfg.sources[name] = "default"
-    for path in config_files():
-        for key, raw in _translate(_read_file(path), str(path)).items():
+    for path in config_files(environ, cwd):
+        for key, raw in _translate(_read_file(path), str(path), quiet).items():
             if key not in options:
                 raise _unknown(key, str(path), options)
             if not raw:
                 continue  # empty: as if not set
             cfg.values[key] = options[key].convert(raw, str(path))
             cfg.sources[key] = str(path)
-    from_env = {var[len(ENV_PREFIX):].lower(): raw for var, raw in os.environ.items()
+    from_env = {var[len(ENV_PREFIX):].lower(): raw for var, raw in environ.items()
                 if var.startswith(ENV_PREFIX) and var not in NOT_SETTINGS}
-    for key, raw in _translate(from_env, "the environment").items():
+    for key, raw in _translate(from_env, "the environment", quiet).items():
         var = ENV_PREFIX + key.upper()
         if key not in options:
             raise _unknown(key, f"environment variable {var}", options)
@@ -321,12 +346,19 @@ def load(code_settings: Mapping[str, Any] | None = None) -> Config:
             raise _unknown(key, "fiber.init()", options)
         cfg.values[key] = options[key].convert(raw, "fiber.init()")
         cfg.sources[key] = "code"
-    logging.getLogger("fiber").setLevel(cfg.values.get("log_level") or "WARNING")
+    return cfg
+
+
+def _apply(cfg: Config) -> None:
+    """Make ``cfg``'s settings that act on this process's modules take effect."""
+    fiber_logger = logging.getLogger("fiber")
+    level = cfg.values.get("log_level") or "WARNING"
+    if logging.getLevelName(fiber_logger.level) != level:  # (setting it clears caches)
+        fiber_logger.setLevel(level)
     if not cfg.values.get("shared_memory", True) or "fiber.wire.shm" in sys.modules:
         from fiber.wire import shm  # imported only when it matters: start-up time
 
         shm.enable(bool(cfg.values.get("shared_memory", True)))
-    return cfg
 
 
 def overlay(base: Config, settings: Mapping[str, Any], source: str) -> Config:
@@ -340,6 +372,58 @@ def overlay(base: Config, settings: Mapping[str, Any], source: str) -> Config:
         cfg.values[key] = cfg.options[key].convert(raw, source)
         cfg.sources[key] = "code"
     return cfg
+
+
+_prepared: dict[tuple[Any, ...], Config | None] = {}
+
+
+def _fingerprint(environ: Mapping[str, str], cwd: str) -> tuple[Any, ...]:
+    """What the settings of a process with ``environ`` in ``cwd`` are computed from:
+    its ``FIBER_*`` variables, its home and working directories, and the identity of
+    each settings file that could be read (its path, inode, size and modification
+    time in ns; None when absent)."""
+    fiber_vars = tuple(sorted((k, v) for k, v in environ.items() if k.startswith(ENV_PREFIX)))
+    files: list[tuple[str, Any]] = []
+    try:
+        paths = config_files(environ, cwd)
+    except ConfigError:
+        paths = []
+    for path in {*paths, Path(cwd) / ".fiberconfig"}:
+        try:
+            st = os.stat(path)
+            files.append((str(path), (st.st_ino, st.st_size, st.st_mtime_ns)))
+        except OSError:
+            files.append((str(path), None))
+    return fiber_vars, environ.get("HOME"), cwd, tuple(sorted(files))
+
+
+def prepare_for_child(environ: Mapping[str, str], cwd: str) -> None:
+    """In a process about to fork a fiber job that will run with ``environ`` in
+    ``cwd`` (the local backend's template): compute that job's settings here, once for
+    all jobs with the same inputs (:func:`_fingerprint`), and make them this process's
+    own, so that the forked job finds them computed (:func:`get_config`): reading them
+    in each job (files, variables, every option's parser) touched and so copied about
+    a hundred and fifty of the template's memory pages, a millisecond of a worker's
+    start. When they cannot be computed alike here (a bad setting, whose error the job
+    must report itself; a deprecated name, whose warning is the job's to show), the
+    job computes them itself, as before."""
+    global _current
+    key = _fingerprint(environ, cwd)
+    with _lock:
+        if key not in _prepared:
+            cfg: Config | None
+            try:
+                cfg = _compute({}, environ, cwd, quiet=True)
+            except Exception:  # noqa: BLE001 - the job computes it and reports the error
+                cfg = None
+            if len(_prepared) > 64:
+                _prepared.clear()
+            _prepared[key] = cfg
+        cfg = _prepared[key]
+        _code_settings.clear()
+        _current = cfg
+        if cfg is not None:
+            _apply(cfg)
 
 
 def get_config() -> Config:

@@ -31,6 +31,7 @@ The template exits when its backend's connection closes.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal's C half (no stub): see _child
 import gc
 import os
 import pickle
@@ -56,6 +57,8 @@ _PRELOAD = ("pkgutil", "encodings.idna")
 _OWN_PACKAGE = __name__.split(".")[0]
 
 _LEN = struct.Struct("<I")
+# the signals the template handles or ignores, which a job has at their defaults
+_DEFAULT_SIGNALS = (int(signal.SIGCHLD), int(signal.SIGTERM), int(signal.SIGINT))
 
 
 def send_message(sock: socket.socket, message: object) -> None:
@@ -80,15 +83,16 @@ def recv_message(sock: socket.socket, buffer: bytearray) -> list[Any]:
 
 
 def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
-           pipe_fds: tuple[int, int], module: str, env: dict[str, str],
+           pipe_fds: tuple[int, int], module: str, env_changes: _EnvChanges,
            cwd: str | None, log_path: str) -> NoReturn:
     """In the forked child: become the job."""
     code = 1
     try:
         signal.set_wakeup_fd(-1)
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        # the C functions: signal.signal's wrapper makes an enum of the old handler,
+        # whose machinery touches (and copies) dozens of the template's pages
+        for signum in _DEFAULT_SIGNALS:
+            _signal.signal(signum, _signal.SIG_DFL)
         for closable in closables:
             closable.close()
         for fd in pipe_fds:
@@ -101,12 +105,19 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         os.dup2(log, 2)
         os.close(log)
         os.close(null)
-        _set_environment(env)
+        _change_environment(*env_changes)
         if cwd:
             os.chdir(cwd)
-        sys.stdout = os.fdopen(1, "w", buffering=1)
-        sys.stderr = os.fdopen(2, "w", buffering=1)
+        entry = _entries.get(module)
+        if entry is None or not _streams_on_1_and_2:
+            sys.stdout = os.fdopen(1, "w", buffering=1)
+            sys.stderr = os.fdopen(2, "w", buffering=1)
+        # (else the template's own streams, on file descriptors 1 and 2, which are the
+        # job's log now: making two new ones copied some eighty pages; fiber's
+        # bootstrap replaces them as it starts, writing to them only on failures)
         sys.argv = [module]
+        if entry is not None:
+            _run_entry(module, entry)
         _forget(module)
         job = _job_code.get(module)
         if job is None:
@@ -126,17 +137,41 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         os._exit(code)
 
 
-def _set_environment(env: Mapping[str, str]) -> None:
-    """Make this process's environment exactly ``env``, changing only the variables
-    that differ (a job's environment is mostly the template's: clearing and refilling
-    it touched every variable, a page fault each on memory shared with the
-    template)."""
+def _run_entry(module: str, entry: Callable[[], object]) -> None:
+    """In the child: run a job module that names its entry point (``FORKED_MAIN``,
+    see :func:`_import_once`) by calling it in the template's imported module, which
+    becomes ``__main__`` (what ``python -m`` would run, without executing the module's
+    code again: that made its functions and classes anew, touching and so copying
+    about a hundred of the template's pages)."""
+    main = sys.modules[module]
+    sys.modules["__main__"] = main
+    path = getattr(main, "__file__", None)
+    if path:
+        sys.argv[0] = path
+    entry()
+
+
+_EnvChanges = tuple[list[str], list[tuple[str, str]]]
+
+
+def _environment_changes(env: Mapping[str, str]) -> _EnvChanges:
+    """Before a fork: what makes this process's environment exactly ``env``, the
+    variables to remove and those to set (a job's environment is mostly the
+    template's: clearing and refilling it touched every variable, and comparing them
+    all in the child still read about forty pages' worth of them)."""
     current = os.environ
-    for name in [name for name in current if name not in env]:
+    removed = [name for name in current if name not in env]
+    changed = [(name, value) for name, value in env.items() if current.get(name) != value]
+    return removed, changed
+
+
+def _change_environment(removed: list[str], changed: list[tuple[str, str]]) -> None:
+    """In the child: apply :func:`_environment_changes`."""
+    current = os.environ
+    for name in removed:
         del current[name]
-    for name, value in env.items():
-        if current.get(name) != value:
-            current[name] = value
+    for name, value in changed:
+        current[name] = value
 
 
 def _forget(module: str) -> None:
@@ -340,6 +375,10 @@ def apply_preload(names: list[tuple[str, str]], sources: list[tuple[str, str]]) 
 
 # a job module's spec and compiled code, found once here (see :func:`_import_once`)
 _job_code: dict[str, tuple[ModuleSpec, types.CodeType]] = {}
+# a job module's entry point and its preparation before a fork, when it names them
+# (see :func:`_import_once`)
+_entries: dict[str, Callable[[], object]] = {}
+_prepares: dict[str, Callable[[Mapping[str, str], str], object]] = {}
 
 
 def _import_once(module: str) -> None:
@@ -347,8 +386,15 @@ def _import_once(module: str) -> None:
     runs the module itself afresh: :func:`_forget`), and keep its spec and compiled
     code, so that a child neither searches for the module nor compiles it (without a
     bytecode cache, e.g. under ``PYTHONDONTWRITEBYTECODE``, that compile was most of a
-    job's CPU before its first task); a failure is the job's to report."""
-    if module in _job_code:
+    job's CPU before its first task); a failure is the job's to report. A module
+    that names the function its ``if __name__ == "__main__":`` block calls, in a
+    global ``FORKED_MAIN`` (fiber's bootstrap does), is not run again: the child calls
+    that function of the module imported here (:func:`_run_entry`). One that names
+    in ``FORKED_PREPARE`` a function of ``(env, cwd)`` has it called here before each
+    fork with the job's environment and working directory, to do for the child what
+    does not depend on the child itself (fiber's bootstrap computes the job's
+    settings: :func:`fiber.runtime.config.prepare_for_child`)."""
+    if module in _job_code or module in _entries:
         return
     import importlib
     import importlib.util
@@ -362,6 +408,12 @@ def _import_once(module: str) -> None:
                 _job_code[module] = (spec, code)
         if module not in sys.modules:
             importlib.import_module(module)
+        entry = getattr(sys.modules[module], "FORKED_MAIN", None)
+        if callable(entry):
+            _entries[module] = entry
+        prepare = getattr(sys.modules[module], "FORKED_PREPARE", None)
+        if callable(prepare):
+            _prepares[module] = prepare
     except Exception:  # noqa: BLE001 - the job imports it again and reports it
         pass
 
@@ -378,6 +430,18 @@ def _run_as_main(spec: ModuleSpec, code: types.CodeType) -> None:
     exec(code, main.__dict__)
 
 
+def _prepare(module: str, env: Mapping[str, str], cwd: str | None) -> None:
+    """Call the job module's ``FORKED_PREPARE(env, cwd)``, when it names one (see
+    :func:`_import_once`), here before the fork; a failure is the job's to report
+    (it does that work itself)."""
+    prepare = _prepares.get(module)
+    if prepare is not None:
+        try:
+            prepare(env, cwd or os.getcwd())
+        except Exception:  # noqa: BLE001 - the job does it itself
+            pass
+
+
 def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
     """Send ``message`` to the backend; when it is gone (its process ended, killed or
     not), the template ends quietly, as when a read finds it gone: nothing is left to
@@ -388,8 +452,22 @@ def _tell(conn: socket.socket, message: tuple[object, ...]) -> None:
         os._exit(0)
 
 
+def _on_fd(stream: object, fd: int) -> bool:
+    try:
+        return stream is not None and stream.fileno() == fd  # type: ignore[attr-defined]
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+# whether this process's sys.stdout and sys.stderr write to file descriptors 1 and 2
+# (a job of a module with an entry point keeps them: see _child)
+_streams_on_1_and_2 = False
+
+
 def serve(fd: int) -> None:
+    global _streams_on_1_and_2
     conn = socket.socket(fileno=fd)
+    _streams_on_1_and_2 = _on_fd(sys.stdout, 1) and _on_fd(sys.stderr, 2)
     preload()
     read_end, write_end = os.pipe()
     os.set_blocking(write_end, False)
@@ -426,10 +504,12 @@ def serve(fd: int) -> None:
                     _tell(conn, ("failed", key_, f"no such directory: {cwd}"))
                     continue
                 _import_once(module)
+                _prepare(module, env, cwd)
+                changes = _environment_changes(env)
                 gc.freeze()  # the objects so far are never collected in a child
                 pid = os.fork()
                 if pid == 0:
-                    _child([conn, selector], (read_end, write_end), module, env, cwd,
+                    _child([conn, selector], (read_end, write_end), module, changes, cwd,
                            log_path)
                 _tell(conn, ("spawned", key_, pid))
 

@@ -72,6 +72,19 @@ def _file(pid: int, started: int) -> str:
     return os.path.join(directory(), f"{pid}-{started}.json")
 
 
+_owner_known: tuple[int, int | None] | None = None  # (this pid, its start time)
+
+
+def _owner() -> tuple[int, int | None]:
+    """This process's pid and start time, read from /proc once per process (a forked
+    child has another pid: it reads its own)."""
+    global _owner_known
+    pid = os.getpid()
+    if _owner_known is None or _owner_known[0] != pid:
+        _owner_known = (pid, start_time(pid))
+    return _owner_known
+
+
 def write(pid: int, name: str, labels: Mapping[str, str], log: str) -> int | None:
     """Record the job ``pid`` that this process has just created; returns its start
     time (what :func:`remove` needs), None when it was not recorded."""
@@ -79,8 +92,9 @@ def write(pid: int, name: str, labels: Mapping[str, str], log: str) -> int | Non
     started = start_time(pid)
     if path is None or started is None:
         return None  # no private directory, or the job has ended already
+    owner, owner_started = _owner()
     data = {"pid": pid, "started": started, "name": name, "labels": dict(labels),
-            "log": log, "owner": os.getpid(), "owner_started": start_time(os.getpid())}
+            "log": log, "owner": owner, "owner_started": owner_started}
     final = _file(pid, started)
     try:
         write_record(final, data)  # readers see the whole record or none
@@ -126,8 +140,8 @@ _LOG_DIRECTORY = re.compile(r"fiber-local-logs-(\d+)-(\d+)-[A-Za-z0-9_]+\Z")
 def log_directory_prefix() -> str:
     """The prefix of the log directory this process makes (it names this process, so
     that once the process is gone another one can tell that the directory is left)."""
-    pid = os.getpid()
-    return f"{LOG_PREFIX}{pid}-{start_time(pid) or 0}-"
+    pid, started = _owner()
+    return f"{LOG_PREFIX}{pid}-{started or 0}-"
 
 
 @dataclass(frozen=True)
