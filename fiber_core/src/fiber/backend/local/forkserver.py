@@ -142,8 +142,15 @@ def _run_entry(module: str, entry: Callable[[], object]) -> None:
     see :func:`_import_once`) by calling it in the template's imported module, which
     becomes ``__main__`` (what ``python -m`` would run, without executing the module's
     code again: that made its functions and classes anew, touching and so copying
-    about a hundred of the template's pages)."""
-    main = sys.modules[module]
+    about a hundred of the template's pages). ``__main__`` is a copy of the module's
+    namespace named ``__main__``, as runpy makes it: named as the module, a function
+    of the program's main script rebound to it in a job that cannot read that script
+    (see :func:`fiber.wire.serialization.rebind_main`) had its traceback's lines read from the
+    module's own source by its loader (``linecache.lazycache``)."""
+    imported = sys.modules[module]
+    main = types.ModuleType("__main__")
+    main.__dict__.update(vars(imported))
+    main.__name__ = "__main__"
     sys.modules["__main__"] = main
     path = getattr(main, "__file__", None)
     if path:
