@@ -70,13 +70,13 @@ class PoolChannel:
         if len(payload) < _HEADER_END:
             request.reply(b"malformed pool request", transport.ERROR)
             return
-        self._handoff.run(functools.partial(_handle, scheduler, request, payload))
+        self._handoff.run(_handle, scheduler, request, payload)
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
         if scheduler is None:
             return
-        self._handoff.run(functools.partial(_peer_gone, scheduler, peer))
+        self._handoff.run(_peer_gone, scheduler, peer)
 
 
 def _handle(scheduler: Scheduler, request: transport.Request,

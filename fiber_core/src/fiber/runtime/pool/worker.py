@@ -45,6 +45,7 @@ from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
+from fiber.wire.framing import request_frame
 from fiber.wire.protocol import BATCH_TIME, BatchFlag, PoolOp, TaskKind
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 
@@ -311,12 +312,16 @@ class Giver:
         with self._lock:
             return len(self._skip[self.line])
 
-    def end_batch(self) -> None:
-        """The running batch ended (before its line's results go)."""
+    def end_batch(self) -> int:
+        """The running batch ended (before its line's results go); returns how many of
+        its tasks were given back (as :meth:`given_back`, in the same lock round)."""
         with self._lock:
+            skip = self._skip[self.line]
+            given = len(skip)
             self._ended[self.line] += 1
             self._started.clear()
-            self._skip[self.line].clear()
+            skip.clear()
+            return given
 
     def grant(self, line: int, number: int, ids: Sequence[int]) -> list[int]:
         """The ids of a recall the worker gives back."""
@@ -364,6 +369,7 @@ def worker(address: str, cid: int, worker_id: int,
     sender: ResultSender | None = None
     sender_died = False
     lines: collections.deque[tuple[int, Any]] = collections.deque()
+    heads = [request_frame(cid, RESULTS + _HEADER.pack(worker_id, line)) for line in (0, 1)]
     for line in (0, 1):
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
@@ -404,9 +410,10 @@ def worker(address: str, cid: int, worker_id: int,
             else:
                 results = run_batch(batch, funcs, None, giver)
             busy = _clock() - began
-            ran = len(batch) - giver.given_back()
-            giver.end_batch()
-            ctx.send(cid, encode_results(worker_id, line, results, busy=busy, ran=ran))
+            ran = len(batch) - giver.end_batch()
+            # one concatenation: the request's head (channel, op, worker, line) is made
+            # once per line
+            ctx.send_request(encode(results, heads[line] + BATCH_TIME.pack(busy, ran)))
             lines.append((line, ctx))
     finally:
         if sender is not None:
