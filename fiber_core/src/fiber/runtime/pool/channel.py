@@ -107,16 +107,16 @@ def _handle_locked(scheduler: Scheduler, request: transport.Request,
             done = scheduler.lost_results(wid, decode(payload[start:]))
         if op != _PARTIAL:
             request.reply(_STOP)
-    elif op == _PARTIAL:
-        items = decode(payload[_HEADER_END:])
-        w.since = _monotonic()  # its next task begins
-        done = scheduler.partial(w, line, items)
-        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
-    elif op == _RESULTS:
+    elif op == _RESULTS:  # (first: the one message of an apply_async round trip)
         busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
         items = decode(payload[_RESULTS_END:])
         scheduler.timed(w, _monotonic(), ran, busy)
         done = scheduler.results(w, line, request, items)
+        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
+    elif op == _PARTIAL:
+        items = decode(payload[_HEADER_END:])
+        w.since = _monotonic()  # its next task begins
+        done = scheduler.partial(w, line, items)
         scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
     elif op == _READY:
         scheduler.ready(w, line, request)
