@@ -81,12 +81,12 @@ def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
 def run_batch(batch: Batch, funcs: dict[int, Any],
               sender: ResultSender | None = None,
               giver: Giver | None = None) -> list[tuple[int, bool, Any]]:
-    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order; returns
-    ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception. With
-    a ``sender``, every result but the last is handed to it as its task finishes, and
-    the list holds the last one only. With a ``giver``, a task it gave back is skipped
-    (it has no result here)."""
-    load_functions(batch, funcs)
+    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order, their
+    functions loaded into ``funcs`` already (:func:`load_functions`: the worker loads
+    them before it starts its clock); returns ``[(task_id, ok, value), ...]`` where a
+    failure's value is a packed exception. With a ``sender``, every result but the last
+    is handed to it as its task finishes, and the list holds the last one only. With a
+    ``giver``, a task it gave back is skipped (it has no result here)."""
     results: list[tuple[int, bool, Any]] = []
     last = len(batch) - 1
     early = sender if sender is not None and last > 0 else None
