@@ -18,7 +18,6 @@ from fiber.runtime.pool.lines import Handoff
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.worker import Giver
 from fiber.wire import transport
-from fiber.wire.protocol import PoolOp
 from fiber.wire.stream import server
 from fiber.wire.stream.accepted import _Connection
 from fiber.wire.stream.client import StreamClient
