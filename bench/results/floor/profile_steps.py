@@ -18,14 +18,14 @@ import sys
 
 PARENT = [
     ("1 apply_async: checks, AsyncResult (2 locks)", ["pool.py:apply_async", "checks.py", "arguments.py", "results.py:__init__"]),
-    ("2 scheduler: Task, function id, choose the worker", ["scheduler.py:submit_call", "tasks.py:__init__", "scheduler.py:func_id", "scheduler.py:dispatch_waiting", "scheduler.py:next_worker", "scheduler.py:idle_worker", "scheduler.py:relist", "tasks.py:free_line", "tasks.py:busy"]),
+    ("2 scheduler: Task, function id, choose the worker", ["scheduler.py:submit_call", "tasks.py:__init__", "scheduler.py:func_id", "scheduler.py:dispatch_waiting", "scheduler.py:next_worker", "scheduler.py:idle_worker", "scheduler.py:relist", "scheduler.py:_usable", "tasks.py:free_line", "tasks.py:busy"]),
     ("3 scheduler: batch bookkeeping (held, dispatched, flags)", ["scheduler.py:send_batch", "scheduler.py:hand", "scheduler.py:<dictcomp>", "chunking.py"]),
     ("4 encode the task (pickle)", ["serialization.py:dumps", "serialization.py:_pickle", "serialization.py:<listcomp>"]),
     ("5 send (frame, sendmsg)", ["accepted.py:reply", "accepted.py:send"]),
-    ("6 get(): direct read set-up, poll (waits not counted)", ["results.py:get", "results.py:wait", "channel.py:wait_directly", "accepted.py:read_until", "server.py:read_directly", "channel.py:<lambda>", "server.py:_wake"]),
-    ("7 recv and framing", ["accepted.py:read"]),
-    ("8 dispatch to the pool's channel", ["server.py:_read_and_dispatch", "accepted.py:__init__", "hub.py:dispatch"]),
-    ("9 channel: parse, lock, decode the result", ["channel.py:handle", "result_codec.py:decode", "serialization.py:loads"]),
+    ("6 get(): direct read set-up, poll (waits not counted)", ["results.py:get", "results.py:wait", "channel.py:wait_directly", "accepted.py:read_until", "server.py:read_directly", "channel.py:<lambda>", "server.py:_wake", "selectors.py"]),
+    ("7 recv and framing", ["accepted.py:read$", "accepted.py:_read_buffer"]),
+    ("8 dispatch to the pool's channel", ["server.py:_read_and_dispatch", "accepted.py:__init__", "hub.py:dispatch", "lines.py", "server.py:on_selector_thread"]),
+    ("9 channel: parse, lock, decode the result", ["channel.py:handle", "channel.py:_handle", "result_codec.py:decode", "serialization.py:loads"]),
     ("10 scheduler: result bookkeeping, line parked again", ["scheduler.py:results", "scheduler.py:timed", "scheduler.py:park", "scheduler.py:offer", "observe.py:tick"]),
     ("11 AsyncResult set (deliver, claim, release)", ["channel.py:deliver", "results.py:_set", "results.py:_finish"]),
 ]
@@ -61,7 +61,9 @@ def main(path: str, which: str, cpu_us: float) -> None:
     used = 0.0
     rows = []
     for label, keys in steps:
-        t = sum(v for f, v in o.items() if any(f.startswith(k) for k in keys))
+        # (a key ending in "$" names one function, else every name it begins)
+        t = sum(v for f, v in o.items()
+                if any(f == k[:-1] if k.endswith("$") else f.startswith(k) for k in keys))
         used += t
         rows.append((label, t))
     rows.append(("other", total - used))

@@ -328,7 +328,8 @@ class Pool:
                     error_callback: Callable[[BaseException], object] | None = None,
                     ) -> ApplyResult[_T]:
         """``func(*args, **kwds)`` in a worker; returns its :class:`AsyncResult`."""
-        checks.callbacks(callback, error_callback)
+        if callback is not None or error_callback is not None:  # (no call more without)
+            checks.callbacks(callback, error_callback)
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
         with self._lock:
             task = self._scheduler.submit_call(func, args, kwds, result)

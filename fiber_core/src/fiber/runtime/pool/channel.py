@@ -70,13 +70,13 @@ class PoolChannel:
         if len(payload) < _HEADER_END:
             request.reply(b"malformed pool request", transport.ERROR)
             return
-        self._handoff.run(functools.partial(_handle, scheduler, request, payload))
+        self._handoff.run(_handle, scheduler, request, payload)
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
         if scheduler is None:
             return
-        self._handoff.run(functools.partial(_peer_gone, scheduler, peer))
+        self._handoff.run(_peer_gone, scheduler, peer)
 
 
 def _handle(scheduler: Scheduler, request: transport.Request,
@@ -84,7 +84,36 @@ def _handle(scheduler: Scheduler, request: transport.Request,
     """Handle a worker's request (the pool's lock is held); returns the delivery of
     the results it carried, to be called without the lock."""
     try:
-        done = _handle_locked(scheduler, request, payload)
+        op = bytes(payload[:1])
+        wid, line = POOL_HEADER.unpack_from(payload, 1)
+        done: list[Outcome] = []
+        w = scheduler.workers.get(wid)
+        if w is None or not w.alive or line not in (0, 1):
+            if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
+                start = _RESULTS_END if op == _RESULTS else _HEADER_END
+                done = scheduler.lost_results(wid, decode(payload[start:]))
+            if op != _PARTIAL:
+                request.reply(_STOP)
+        elif op == _RESULTS:  # (first: the one message of an apply_async round trip)
+            busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
+            items = decode(payload[_RESULTS_END:])
+            scheduler.timed(w, _monotonic(), ran, busy)
+            done = scheduler.results(w, line, request, items)
+            scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
+        elif op == _PARTIAL:
+            items = decode(payload[_HEADER_END:])
+            w.since = _monotonic()  # its next task begins
+            done = scheduler.partial(w, line, items)
+            scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
+        elif op == _READY:
+            scheduler.ready(w, line, request)
+        elif op == _GIVE:
+            scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
+        elif op == _STARTED:
+            scheduler.started_batch(w, line)
+            request.reply(b"")
+        else:
+            request.reply(b"unknown pool request", transport.ERROR)
     except Exception:  # noqa: BLE001 - a bad request must not stop the others
         logger.exception("the pool failed to handle a request")
         if not request.answered:
@@ -93,41 +122,6 @@ def _handle(scheduler: Scheduler, request: transport.Request,
     if not done:
         return None
     return functools.partial(deliver, done, scheduler.errors, scheduler.func_name)
-
-
-def _handle_locked(scheduler: Scheduler, request: transport.Request,
-                   payload: memoryview) -> list[Outcome]:
-    op = bytes(payload[:1])
-    wid, line = POOL_HEADER.unpack_from(payload, 1)
-    done: list[Outcome] = []
-    w = scheduler.workers.get(wid)
-    if w is None or not w.alive or line not in (0, 1):
-        if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
-            start = _RESULTS_END if op == _RESULTS else _HEADER_END
-            done = scheduler.lost_results(wid, decode(payload[start:]))
-        if op != _PARTIAL:
-            request.reply(_STOP)
-    elif op == _PARTIAL:
-        items = decode(payload[_HEADER_END:])
-        w.since = _monotonic()  # its next task begins
-        done = scheduler.partial(w, line, items)
-        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
-    elif op == _RESULTS:
-        busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
-        items = decode(payload[_RESULTS_END:])
-        scheduler.timed(w, _monotonic(), ran, busy)
-        done = scheduler.results(w, line, request, items)
-        scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
-    elif op == _READY:
-        scheduler.ready(w, line, request)
-    elif op == _GIVE:
-        scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
-    elif op == _STARTED:
-        scheduler.started_batch(w, line)
-        request.reply(b"")
-    else:
-        request.reply(b"unknown pool request", transport.ERROR)
-    return done
 
 
 def _peer_gone(scheduler: Scheduler, peer: int) -> Callable[[], None] | None:

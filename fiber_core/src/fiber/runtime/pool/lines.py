@@ -23,9 +23,11 @@ this module): nothing queued is lost, the dying thread runs what was queued.
 from __future__ import annotations
 
 import collections
+import functools
 import logging
 import threading
 from collections.abc import Callable
+from typing import Any
 
 from fiber import threads
 from fiber.errors import FiberThreadError
@@ -48,27 +50,32 @@ class Handoff:
         self._fallback = False  # the helper died: wait for the lock (see the module)
         self.queued = 0  # handlers that were queued (for tests and the bench)
 
-    def run(self, handler: Handler) -> None:
-        """Run ``handler`` under the lock now, or queue it (on a shared reader whose
-        lock is busy)."""
+    def run(self, handler: Callable[..., Callable[[], None] | None], *args: Any) -> None:
+        """Run ``handler(*args)`` under the lock now, or queue it (on a shared reader
+        whose lock is busy)."""
         lock = self._lock
-        if self._queue or not lock.acquire(blocking=not on_selector_thread() or self._fallback):
+        # (a free lock is taken without asking which thread this is)
+        if self._queue or not (lock.acquire(False) or lock.acquire(
+                blocking=not on_selector_thread() or self._fallback)):
             with self._qlock:
-                self._queue.append(handler)
+                self._queue.append(functools.partial(handler, *args) if args else handler)
                 self.queued += 1
                 if self._helper is None:
                     self._helper = threads.start("fiber-pool-lines", self._drain_all,
                                                  fails=self._helper_died)
             return
-        after: list[Callable[[], None]] = []
+        after: list[Callable[[], None]] | None = None
         try:
-            self._drain(after)  # what was queued before it comes first
-            then = handler()
-            if then is not None:
-                after.append(then)
+            if self._queue:  # queued since it looked: what was queued comes first
+                after = []
+                self._drain(after)
+            then = handler(*args)
         finally:
             lock.release()
-        for then in after:
+        if after:
+            for queued in after:
+                queued()
+        if then is not None:
             then()
 
     def _drain(self, after: list[Callable[[], None]]) -> None:

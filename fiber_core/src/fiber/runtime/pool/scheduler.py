@@ -519,19 +519,21 @@ class Scheduler:
             self.failed += len(batch)
             return True
         request = w.parked.pop(line)
+        # sent first, recorded after: the worker runs the batch while the records are
+        # made (nothing can read them meanwhile: the caller holds the pool's lock,
+        # which the batch's results wait for)
+        if not request.reply(_TASKS + data):
+            # the worker is gone (lose() will not see this batch): back to the queue
+            for task in reversed(batch):
+                task.worker = None
+                self.queue.appendleft(task)
+            return False
         if not w.held:
             w.since = _monotonic()  # it begins this batch now (observe.py)
         w.held[line] = {task.id: task for task in batch}
         for task in batch:
             task.worker = w
         w.dispatched += len(batch)
-        if not request.reply(_TASKS + data):
-            del w.held[line]  # the worker is gone; lose() will not see this batch
-            w.dispatched -= len(batch)
-            for task in reversed(batch):
-                task.worker = None
-                self.queue.appendleft(task)
-            return False
         w.sent[line] += 1
         w.awaiting = False
         self.outstanding += 1

@@ -45,6 +45,7 @@ from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
+from fiber.wire.framing import request_frame
 from fiber.wire.protocol import BATCH_TIME, BatchFlag, PoolOp, TaskKind
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 
@@ -80,12 +81,12 @@ def load_functions(batch: Batch, funcs: dict[int, Any]) -> None:
 def run_batch(batch: Batch, funcs: dict[int, Any],
               sender: ResultSender | None = None,
               giver: Giver | None = None) -> list[tuple[int, bool, Any]]:
-    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order; returns
-    ``[(task_id, ok, value), ...]`` where a failure's value is a packed exception. With
-    a ``sender``, every result but the last is handed to it as its task finishes, and
-    the list holds the last one only. With a ``giver``, a task it gave back is skipped
-    (it has no result here)."""
-    load_functions(batch, funcs)
+    """Run ``[(task_id, func_id, func_bytes, kind, payload), ...]`` in order, their
+    functions loaded into ``funcs`` already (:func:`load_functions`: the worker loads
+    them before it starts its clock); returns ``[(task_id, ok, value), ...]`` where a
+    failure's value is a packed exception. With a ``sender``, every result but the last
+    is handed to it as its task finishes, and the list holds the last one only. With a
+    ``giver``, a task it gave back is skipped (it has no result here)."""
     results: list[tuple[int, bool, Any]] = []
     last = len(batch) - 1
     early = sender if sender is not None and last > 0 else None
@@ -311,12 +312,16 @@ class Giver:
         with self._lock:
             return len(self._skip[self.line])
 
-    def end_batch(self) -> None:
-        """The running batch ended (before its line's results go)."""
+    def end_batch(self) -> int:
+        """The running batch ended (before its line's results go); returns how many of
+        its tasks were given back (as :meth:`given_back`, in the same lock round)."""
         with self._lock:
+            skip = self._skip[self.line]
+            given = len(skip)
             self._ended[self.line] += 1
             self._started.clear()
-            self._skip[self.line].clear()
+            skip.clear()
+            return given
 
     def grant(self, line: int, number: int, ids: Sequence[int]) -> list[int]:
         """The ids of a recall the worker gives back."""
@@ -364,6 +369,7 @@ def worker(address: str, cid: int, worker_id: int,
     sender: ResultSender | None = None
     sender_died = False
     lines: collections.deque[tuple[int, Any]] = collections.deque()
+    heads = [request_frame(cid, RESULTS + _HEADER.pack(worker_id, line)) for line in (0, 1)]
     for line in (0, 1):
         ctx = client.context()
         ctx.send(cid, READY + _HEADER.pack(worker_id, line))
@@ -404,9 +410,10 @@ def worker(address: str, cid: int, worker_id: int,
             else:
                 results = run_batch(batch, funcs, None, giver)
             busy = _clock() - began
-            ran = len(batch) - giver.given_back()
-            giver.end_batch()
-            ctx.send(cid, encode_results(worker_id, line, results, busy=busy, ran=ran))
+            ran = len(batch) - giver.end_batch()
+            # one concatenation: the request's head (channel, op, worker, line) is made
+            # once per line
+            ctx.send_request(encode(results, heads[line] + BATCH_TIME.pack(busy, ran)))
             lines.append((line, ctx))
     finally:
         if sender is not None:

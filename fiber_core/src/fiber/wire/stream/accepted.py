@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import select
 import socket
 import threading
 from collections.abc import Callable
@@ -88,6 +89,10 @@ class _Connection:
         # held by the thread that reads (and dispatches, in order) this connection's
         # frames: the selector thread, or a caller waiting for a reply on it
         self.rlock = threading.Lock()
+        # the poll object of the direct readers (made by the first, used by the holder
+        # of rlock; StreamListener.read_directly) and the events it is registered for
+        self.poller: select.poll | None = None
+        self.poll_mask = 0
 
     # reading (by the holder of rlock)
     def read(self) -> list[tuple[int, bytes]]:
@@ -117,6 +122,13 @@ class _Connection:
             if not got:
                 raise ConnectionResetError("connection closed")
             buf = self._inbuf
+            if not buf and got < READ_SIZE and got >= _FRAME.size:
+                # the usual case: one whole frame per read, taken from the read buffer
+                # without passing the bytearray of what is left
+                size, line = _FRAME.unpack_from(chunk)
+                if got == _FRAME.size + size:
+                    frames.append((line, bytes(memoryview(chunk)[_FRAME.size:got])))
+                    return frames
             buf += memoryview(chunk)[:got]
             start = 0
             while len(buf) - start >= _FRAME.size:

@@ -306,6 +306,11 @@ class StreamContext:
     def send(self, channel: int, payload: bytes) -> None:
         self._client._send(self._line, request_frame(channel, payload))
 
+    def send_request(self, request: bytes) -> None:
+        """Send a whole request (:func:`~fiber.wire.framing.request_frame`'s bytes,
+        made by the caller: a pool worker makes each result's with one concatenation)."""
+        self._client._send(self._line, request)
+
     def recv(self, timeout: float | None = None) -> bytes:
         reply = self._client._wait(self._line, timeout)
         return check_reply(reply, self._client.address)

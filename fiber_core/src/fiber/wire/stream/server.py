@@ -218,8 +218,10 @@ class StreamListener:
                 except (KeyError, ValueError, OSError):
                     pass
                 finally:
+                    # (unlisted with the token held: a direct reader reads the list
+                    # without the lock, read_directly)
+                    del self._parked[conn]
                     conn.rlock.release()
-                del self._parked[conn]
 
     def _drain_wake(self) -> None:
         try:
@@ -249,8 +251,8 @@ class StreamListener:
                     except (KeyError, ValueError, OSError):
                         pass
                     finally:
+                        del self._parked[conn]  # (with the token held, as in _unpark)
                         conn.rlock.release()
-                    del self._parked[conn]
                 return
             try:
                 self._selector.modify(conn.sock, events, conn)
@@ -290,18 +292,24 @@ class StreamListener:
         caller then waits as usual)."""
         if conn.closed or not conn.rlock.acquire(False):
             return False
-        with self._lock:
-            if conn not in self._parked:  # else still out since the last direct read
+        # parked (left out by the last direct read): it stays out while this thread
+        # holds its reader token (the selector thread takes it back only with the
+        # token), so no listener lock is needed to use it
+        if conn not in self._parked:
+            with self._lock:
                 try:
                     self._selector.unregister(conn.sock)
                 except (KeyError, ValueError, OSError):
                     conn.rlock.release()  # closed meanwhile
                     return False
         deadline = None if timeout is None else time.monotonic() + timeout
-        poller = select.poll()
-        sock = conn.sock
-        poller.register(sock, _POLLIN)
-        mask = _POLLIN
+        # one poll object per connection, made by its first direct read and used by
+        # the holder of the reader token only
+        poller = conn.poller
+        if poller is None:
+            poller = conn.poller = select.poll()
+            poller.register(conn.sock, _POLLIN)
+            conn.poll_mask = _POLLIN
         alive = True
         try:
             while not done():
@@ -316,9 +324,9 @@ class StreamListener:
                 # what this thread's replies could not write at once is written here
                 # too: the selector does not watch the connection meanwhile
                 want = (_POLLIN | _POLLOUT) if conn._out else _POLLIN
-                if want != mask:
-                    mask = want
-                    poller.modify(sock, mask)
+                if want != conn.poll_mask:
+                    conn.poll_mask = want
+                    poller.modify(conn.sock, want)
                 events = poller.poll(wait)
                 if not events:
                     continue
@@ -330,7 +338,6 @@ class StreamListener:
         finally:
             wake = False
             with self._lock:
-                conn.rlock.release()
                 if not alive or conn.closed or self._closed:
                     self._parked.pop(conn, None)
                 elif conn._out:
@@ -345,6 +352,9 @@ class StreamListener:
                     # thread (woken when it had none) takes it back after _PARK
                     wake = not self._parked
                     self._parked[conn] = time.monotonic()
+                # given back once it is where it stays (the next direct reader reads
+                # whether it is parked without the lock)
+                conn.rlock.release()
             if wake:
                 self._wake()
         return True
