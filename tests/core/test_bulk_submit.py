@@ -141,8 +141,8 @@ def test_a_backend_without_bulk_is_called_per_job(faulty):
         job = submit.create(backend, _spec(0))
         assert backend.wait(job, 30) is not None
         assert faulty.bulk_calls == []
-        # private read: that no submitter was made for a backend without bulk
-        assert id(backend) not in submit._submitters
+        # that no submitter was made for a backend without bulk
+        assert submit.submitter.get(backend) is None
     finally:
         backend.close()
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from fiber import threads
 from fiber.backend import Backend
 from fiber.backend.job import Job, JobState, JobStatus
+from fiber.runtime.per_backend import PerBackend
 
 logger = logging.getLogger("fiber")
 
@@ -144,8 +145,8 @@ class JobMonitor:
                     logger.exception("job %s callback failed", job_id)
 
 
-_monitors: dict[int, JobMonitor] = {}
-_lock = threading.Lock()
+#: each backend's monitor in this process
+monitor_for: PerBackend[JobMonitor] = PerBackend(JobMonitor)
 
 
 #: a poll that has not returned after this many seconds counts as an outage
@@ -156,9 +157,8 @@ def in_outage(backend: Backend) -> bool:
     """Whether the cluster manager of ``backend`` does not answer now: its last
     status poll failed, or the one under way has taken more than :data:`SLOW_POLL`
     seconds."""
-    with _lock:
-        mon = _monitors.get(id(backend))
-    if mon is None or mon.backend is not backend:
+    mon = monitor_for.get(backend)
+    if mon is None:
         return False
     since = mon.polling_since
     return mon.outage_since is not None or (
@@ -168,18 +168,8 @@ def in_outage(backend: Backend) -> bool:
 def last_state(job_id: str) -> JobState | None:
     """The state the last poll that worked saw for the job ``job_id`` (any backend's
     monitor), None when none has seen it yet."""
-    with _lock:
-        monitors = list(_monitors.values())
-    for mon in monitors:
+    for mon in monitor_for.made():
         status = mon.last.get(job_id)
         if status is not None:
             return status.state
     return None
-
-
-def monitor_for(backend: Backend) -> JobMonitor:
-    with _lock:
-        mon = _monitors.get(id(backend))
-        if mon is None or mon.backend is not backend:
-            mon = _monitors[id(backend)] = JobMonitor(backend)
-        return mon

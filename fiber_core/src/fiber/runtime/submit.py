@@ -21,7 +21,6 @@ requester's thread.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ from collections.abc import Sequence
 from fiber.backend.base import Backend
 from fiber.backend.job import Job, JobSpec
 from fiber.errors import BackendError
+from fiber.runtime.per_backend import PerBackend
 
 #: seconds without a new request that end a gathering (nothing announced)
 GATHER = 0.005
@@ -144,17 +144,9 @@ class Submitter:
         return list(outcomes)
 
 
-_lock = threading.Lock()
-_submitters: dict[int, Submitter] = {}
-
-
-def submitter(backend: Backend) -> Submitter:
-    """The submitter of ``backend`` in this process."""
-    with _lock:
-        found = _submitters.get(id(backend))
-        if found is None or found.backend is not backend:
-            found = _submitters[id(backend)] = Submitter(backend)
-        return found
+#: the submitter of each backend in this process (a child forked from this process
+#: makes its own: the threads of these did not cross the fork)
+submitter: PerBackend[Submitter] = PerBackend(Submitter, forget_after_fork=True)
 
 
 def create(backend: Backend, spec: JobSpec) -> Job:
@@ -170,12 +162,3 @@ def expect(backend: Backend, count: int) -> None:
     workers): a ``bulk`` backend's gathering waits for them. Nothing for others."""
     if count > 1 and is_bulk(backend):
         submitter(backend).expect(count)
-
-
-def _forget_after_fork() -> None:
-    global _lock
-    _lock = threading.Lock()
-    _submitters.clear()
-
-
-os.register_at_fork(after_in_child=_forget_after_fork)
