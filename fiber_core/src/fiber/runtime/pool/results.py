@@ -215,14 +215,18 @@ class IMapIterator(Generic[_T]):
         moved = 0
         outcomes = self._outcomes
         while moved < BUFFER and self._next in outcomes:
-            ok, value, count = outcomes.pop(self._next)
-            self._next += count
-            moved += count
-            if ok:
-                self._buffer.append(value)
-            else:
-                self._buffer.extend([_Failure(value)] * count)
+            moved += self._buffer_outcome(*outcomes.pop(self._next))
         return moved
+
+    def _buffer_outcome(self, ok: bool, value: Any, count: int) -> int:
+        """Put an outcome of ``count`` items in the buffer (a chunk's list of values, or
+        its failure once per item) and move past them; returns ``count``."""
+        self._next += count
+        if ok:
+            self._buffer.append(value)
+        else:
+            self._buffer.extend([_Failure(value)] * count)
+        return count
 
     def next(self, timeout: float | None = None) -> _T:
         value = next(self._current, _END)
@@ -295,13 +299,7 @@ class IMapUnorderedIterator(IMapIterator[_T]):
         moved = 0
         arrived = self._arrived
         while moved < BUFFER and arrived:
-            ok, value, count = arrived.popleft()
-            self._next += count
-            moved += count
-            if ok:
-                self._buffer.append(value)
-            else:
-                self._buffer.extend([_Failure(value)] * count)
+            moved += self._buffer_outcome(*arrived.popleft())
         if not arrived and self._last is not None and self._next >= self._last[0]:
             self._buffer.append(_Failure(self._last[1]))
             self._last = None
