@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from fiber.errors import NotPrivateError
 
-__all__ = ["check_private", "private_directory", "start_time", "write_record",
+__all__ = ["check_private", "private_directory", "start_time", "try_write_record", "write_record",
            "read_records"]
 
 T = TypeVar("T")
@@ -118,6 +118,17 @@ def write_record(path: str, data: Any) -> None:
     finally:
         os.close(fd)
     os.replace(partial, path)
+
+
+def try_write_record(path: str, data: Any, what: str) -> bool:
+    """:func:`write_record`, or False when it cannot be written (logged at debug as
+    ``what``): a record is bookkeeping its writer goes on without."""
+    try:
+        write_record(path, data)
+    except OSError as exc:
+        logger.debug("cannot write %s %s: %s", what, path, exc)
+        return False
+    return True
 
 
 def read_records(path: str, build: Callable[[str, dict[str, Any]], T],

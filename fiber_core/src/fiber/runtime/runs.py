@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from fiber import util
-from fiber.host import private_directory, read_records, start_time, write_record
+from fiber.host import private_directory, read_records, start_time, try_write_record
 
 __all__ = ["LIVE", "ENDED", "UNKNOWN", "RunRecord", "directory", "forget", "read_all",
            "register", "state"]
@@ -108,10 +108,7 @@ def register(run: str, backend: str) -> None:
         data = {"run": run, "pid": pid, "started": started, "boot": _boot_id(),
                 "host": socket.gethostname(), "backend": backend, "argv": sys.argv}
         final = os.path.join(path, f"{run}-{pid}-{started}.json")
-        try:
-            write_record(final, data)  # readers see the whole record or none
-        except OSError as exc:
-            logger.debug("cannot write the run record %s: %s", final, exc)
+        if not try_write_record(final, data, "the run record"):
             return
         first = not _written
         _written[run] = final

@@ -44,7 +44,7 @@ from typing import Any
 from fiber import threads, util
 from fiber._version import __version__
 from fiber.errors import NotPrivateError
-from fiber.host import check_private, read_records, start_time, write_record
+from fiber.host import check_private, read_records, start_time, try_write_record
 from fiber.runtime import config
 from fiber.runtime import run as run_module
 from fiber.wire import transport
@@ -134,12 +134,7 @@ def _write_registration(address: str, cid: int, authkey: bytes) -> str | None:
             "cwd": os.getcwd(), "since": _started_wall, "job": run_module.is_job(),
             "fiber": __version__}
     final = os.path.join(path, f"{pid}-{started}.json")
-    try:
-        write_record(final, data)  # readers see the whole record or none
-    except OSError as exc:
-        logger.debug("cannot write the status registration %s: %s", final, exc)
-        return None
-    return final
+    return final if try_write_record(final, data, "the status registration") else None
 
 
 def _unregister() -> None:

@@ -33,7 +33,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from fiber.host import private_directory, read_records, start_time, write_record
+from fiber.host import private_directory, read_records, start_time, try_write_record
 
 logger = logging.getLogger("fiber")
 
@@ -96,12 +96,7 @@ def write(pid: int, name: str, labels: Mapping[str, str], log: str) -> int | Non
     data = {"pid": pid, "started": started, "name": name, "labels": dict(labels),
             "log": log, "owner": owner, "owner_started": owner_started}
     final = _file(pid, started)
-    try:
-        write_record(final, data)  # readers see the whole record or none
-    except OSError as exc:
-        logger.debug("cannot record local job %s: %s", pid, exc)
-        return None
-    return started
+    return started if try_write_record(final, data, f"the record of local job {pid}") else None
 
 
 def remove(pid: int, started: int) -> None:
