@@ -9,6 +9,15 @@ tenth of a core of the parent's (issue #29); a connected job's end is seen at on
 its dropped connection (which wakes the monitor), so the pause delays only the end of
 jobs that never connected.
 
+A job whose process is connected to its parent is not polled (:meth:`JobMonitor.quiet`,
+from when it says hello until its connection drops or its heartbeat times out:
+:meth:`JobMonitor.resume`): its end is seen by its connection, so polling it
+too only made each poll, and each start, cost the number of live jobs (issue #29). A
+poll asks for the jobs that have not connected yet and those whose connection is gone.
+A new job does not wake the monitor (it did: a poll of every job at each start) unless
+no job was polled; it is first polled within the pause, which bounds how late the death
+of a job that never connects is seen (as it did for every poll after the first).
+
 A poll that fails (the cluster manager is down, overloaded or cut off) is not the end
 of any job: the jobs stay watched with their last known state, and the monitor keeps
 polling, backing off to :data:`LONGEST_OUTAGE_PAUSE` between tries, until the cluster
@@ -57,6 +66,8 @@ class JobMonitor:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._jobs: dict[str, tuple[Job, Callback]] = {}
+        # the watched jobs that are polled: all but the quiet (connected) ones
+        self._polled: dict[str, Job] = {}
         #: when the current outage began (time.monotonic()), None while polls work
         self.outage_since: float | None = None
         #: when the poll under way began (None between polls)
@@ -70,10 +81,17 @@ class JobMonitor:
         self._thread = threads.start("fiber-monitor", self._run,
                                      name=f"fiber-monitor-{backend.name}", fails=self._died)
 
-    def watch(self, job: Job, callback: Callback) -> None:
+    def watch(self, job: Job, callback: Callback, quiet: bool = False) -> None:
+        """Call ``callback(status)`` once the job's status is final; ``quiet``: it is
+        connected, not polled until :meth:`resume`."""
         with self._cond:
             self._jobs[job.id] = (job, callback)
-            self._cond.notify()
+            if quiet:
+                self._polled.pop(job.id, None)
+            else:
+                if not self._polled:
+                    self._cond.notify()  # (the monitor waits for a job to poll)
+                self._polled[job.id] = job
             dead = self._dead
             if dead is None or job.id in self._failed:
                 return
@@ -95,8 +113,27 @@ class JobMonitor:
     def unwatch(self, job: Job) -> None:
         with self._cond:
             self._jobs.pop(job.id, None)
+            self._polled.pop(job.id, None)
 
-    def wake(self) -> None:
+    def quiet(self, job: Job) -> None:
+        """Stop polling a watched job: it is connected, its end is seen by its
+        connection (until :meth:`resume`)."""
+        with self._cond:
+            self._polled.pop(job.id, None)
+
+    def resume(self, job: Job) -> None:
+        """Poll a watched job again (it was quiet: its connection dropped, or its
+        heartbeat stopped), from the next poll on."""
+        with self._cond:
+            if job.id in self._jobs:
+                if not self._polled:
+                    self._cond.notify()  # (the monitor waits for a job to poll)
+                self._polled[job.id] = job
+
+    def wake(self, job: Job | None = None) -> None:
+        """Poll now; ``job`` (watched) is polled again (:meth:`resume`)."""
+        if job is not None:
+            self.resume(job)
         with self._cond:
             self._cond.notify()
 
@@ -105,10 +142,12 @@ class JobMonitor:
         pause = interval
         while True:
             with self._cond:
-                while not self._jobs:
+                while not self._polled:
                     self._cond.wait()
                 self._cond.wait(pause)
-                jobs = [job for job, _ in self._jobs.values()]
+                jobs = list(self._polled.values())
+            if not jobs:
+                continue
             self.polling_since = time.monotonic()
             try:
                 statuses = self.backend.poll(jobs)
@@ -136,6 +175,7 @@ class JobMonitor:
                     continue
                 with self._cond:
                     entry = self._jobs.pop(job_id, None)
+                    self._polled.pop(job_id, None)
                 if entry is None:
                     continue
                 try:
