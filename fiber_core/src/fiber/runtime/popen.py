@@ -330,7 +330,7 @@ class JobPopen:
                 "its heartbeat is fresh: fiber trusts the job and keeps it (said once for "
                 "the backend; the same holds for its other jobs)", self.backend.name,
                 self.job.id, self.process_name, status.reason or status.state.value)
-        monitor_for(self.backend).watch(self.job, self._job_ended)
+        monitor_for(self.backend).watch(self.job, self._job_ended, quiet=True)
         return True
 
     def _finish(self, code: int) -> None:
