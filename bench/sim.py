@@ -172,6 +172,7 @@ def master(n: int, tasks: int, idle_seconds: float, timeout: float,
         out["batches"] = _delta(s1, s2, "batches")
         out["recalls"] = _delta(s1, s2, "recalls")
         out["pool_done"] = stats.done
+        out["recalled"] = stats.recalled  # tasks given back (recalls that moved a task)
         out["rss_kb_end"] = _rss_kb()
         out["loadavg"] = list(os.getloadavg())
     finally:
