@@ -127,6 +127,29 @@ def test_batches_grow_with_the_queue_and_big_chunks_go_alone():
     assert len(lines5[0].batch()[1]) == BATCH_ITEMS // 100
 
 
+def test_a_batch_takes_at_least_what_runs_in_a_recall_round_trip():
+    """The table's estimates are set as if measured (1 ms tasks, 20 ms recalls): with
+    every worker up, a batch takes the tasks one recall's round trip runs even when the
+    queue is short (10 tasks for 4 workers went out 2 per batch, one per batch at the
+    tail: issue #29); while a worker is starting, batches are sized as before (the
+    first workers up do not take the work of the others)."""
+    s = table(target=4)
+    workers = s.new_workers(4)
+    lines = [connect(s, w) for w in workers]
+    s.task_seconds, s.recall_seconds = 0.001, 0.02
+    s.submit_chunks(square, list(range(10)), 1, TaskKind.MAP, Sink())
+    sent = [ls[0] for ls in lines if ls[0].answer is not None]
+    assert len(sent) == 1 and len(sent[0].batch()[1]) == 10
+    assert not s.queue
+
+    s2 = table(target=4)
+    w1, _ = s2.new_workers(2)
+    lines1 = connect(s2, w1)
+    s2.task_seconds, s2.recall_seconds = 0.001, 0.02
+    s2.submit_chunks(square, list(range(10)), 1, TaskKind.MAP, Sink())
+    assert len(lines1[0].batch()[1]) == 2  # 1 + 9 // 8: one is still starting
+
+
 def test_results_are_delivered_and_the_line_takes_the_next_batch():
     s = table(target=2)
     (w,) = s.new_workers(1)

@@ -494,6 +494,8 @@ class Scheduler:
         # task per batch keeps a map's tail even: every worker holds at most one ahead)
         if not first.alone and not chunking.goes_alone(first.count, self.task_seconds):
             size = chunking.batch_tasks(len(queue) + self.ahead, alive)
+            if not self.starting:  # (the tasks one recall's round trip runs, at least)
+                size = max(size, chunking.least_batch(self.task_seconds, self.recall_seconds))
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
             items = first.count
@@ -662,11 +664,19 @@ class Scheduler:
                 _, v = holders.popitem(last=False)
                 if not v.alive or v.giving is None or v.dismissed:
                     continue
+                # (at most this many unstarted: a cheap first look, as most are passed
+                # over at a map's tail when tasks are short)
+                most = sum(len(batch) for batch in v.held.values()) - 1
+                if most > 0 and not self.worth_recalling(v, most, now):
+                    passed.append(v)  # listed again (at the end), for a later try
+                    if len(passed) >= RECALL_LOOKS:
+                        return False
+                    continue
                 line, tasks = self.unstarted(v)
                 if not tasks:
                     continue
                 if not self.worth_recalling(v, len(tasks), now):
-                    passed.append(v)  # listed again (at the end), for a later try
+                    passed.append(v)
                     if len(passed) >= RECALL_LOOKS:
                         return False
                     continue
