@@ -231,7 +231,7 @@ def test_a_holder_whose_tasks_begin_before_a_recall_would_arrive_is_asked_once_l
     import time
 
     s = Scheduler(2, attempts_limit=3)
-    s.task_seconds, s.recall_seconds = 0.001, 0.05
+    s.fid_seconds[s.func_id(square)], s.recall_seconds = 0.001, 0.05
     sink = Sink()
     w1, w2, give1, t1 = _holder_and_idle_worker(s, sink)
     assert give1.answer is None, "a recall not worth its round trip was sent"
@@ -251,7 +251,7 @@ def test_a_holder_with_long_tasks_is_asked_at_once_and_the_recall_is_timed():
     would take longer than a recall, so the idle worker asks for it at once; the
     recall's round trip updates the estimate."""
     s = Scheduler(2, attempts_limit=3)
-    s.task_seconds, s.recall_seconds = 0.5, 0.05
+    s.fid_seconds[s.func_id(square)], s.recall_seconds = 0.5, 0.05
     sink = Sink()
     w1, w2, give1, t1 = _holder_and_idle_worker(s, sink)
     assert give1.recall() == (1, 1, [t1]) and w2.awaiting

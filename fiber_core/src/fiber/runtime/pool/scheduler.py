@@ -66,7 +66,8 @@ Vocabulary:
   run by two workers for a recall, and a recalled task counts no attempt. Suspect
   tasks are never recalled. A holder is asked only when the recall is worth its round
   trip (:meth:`Scheduler.worth_recalling`): its unstarted tasks would take it longer
-  than a recall takes (:attr:`Scheduler.recall_seconds`, measured), or it is late
+  than a recall takes (:attr:`Scheduler.recall_seconds`, measured; a task's time is
+  its function's, :attr:`Scheduler.fid_seconds`), or it is late
   (nothing heard from it for longer than two recalls and two tasks). Otherwise the
   tasks would have begun before the recall reached the worker: at 1,000 simulated
   workers of 1 ms tasks, 3,466 recalls in a map of 20,000 gave back 174 tasks (issue
@@ -170,6 +171,14 @@ class Scheduler:
         # seconds a task (a call, or a chunk of a map) has taken lately: None until
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
+        # the same per function (by func id), and the map (sink) whose batch measured
+        # it last: a batch's least size is judged by the time of its own map's tasks
+        # (the benchmark's warm-up of its sleep function with sleeps of 0 made the next
+        # map, of 10 ms sleeps, go out in batches of 128 to one worker), the worth of a
+        # recall by its function's
+        self.fid_seconds: dict[int, float] = {}
+        self.fid_sink: dict[int, Sink] = {}
+        self.batch_first: dict[int, Task] = {}  # worker id * 2 + line -> its batch's first
         # tasks a map will still queue after its group just queued (submit_chunks'
         # ahead): batches are sized by them too, so that a map queued a group at a time
         # is batched as if queued at once (with thousands of lines parked, a group of
@@ -255,6 +264,8 @@ class Scheduler:
         if len(self.funcs) > FUNC_CACHE:
             _, (_, old, _) = self.funcs.popitem(last=False)
             self.func_bytes.pop(old, None)  # workers that have it keep it
+            self.fid_seconds.pop(old, None)
+            self.fid_sink.pop(old, None)
         return fid
 
     def func_name(self, fid: int) -> str:
@@ -334,6 +345,12 @@ class Scheduler:
             sample = busy / count
             seen = self.task_seconds
             self.task_seconds = sample if seen is None else seen + (sample - seen) * 0.25
+            first = self.batch_first.get(w.id * 2 + w.order[0]) if w.order else None
+            if first is not None:  # (the first task of the batch ending)
+                fid = first.fid
+                seen = self.fid_seconds.get(fid)
+                self.fid_seconds[fid] = sample if seen is None else seen + (sample - seen) * 0.25
+                self.fid_sink[fid] = first.sink
         w.since = now
 
     def ready(self, w: Worker, line: int, request: Line) -> None:
@@ -494,8 +511,11 @@ class Scheduler:
         # task per batch keeps a map's tail even: every worker holds at most one ahead)
         if not first.alone and not chunking.goes_alone(first.count, self.task_seconds):
             size = chunking.batch_tasks(len(queue) + self.ahead, alive)
-            if not self.starting:  # (the tasks one recall's round trip runs, at least)
-                size = max(size, chunking.least_batch(self.task_seconds, self.recall_seconds))
+            # the tasks one recall's round trip runs, at least: once every worker is up,
+            # by the time of this map's own tasks (measured on a batch of it)
+            if not self.starting and self.fid_sink.get(first.fid) is first.sink:
+                size = max(size, chunking.least_batch(self.fid_seconds.get(first.fid),
+                                                      self.recall_seconds))
             if self.maxtasks is not None:
                 size = min(size, self.maxtasks - w.dispatched - 1)
             items = first.count
@@ -541,6 +561,7 @@ class Scheduler:
         for task in batch:
             task.worker = w
         w.dispatched += len(batch)
+        self.batch_first[w.id * 2 + line] = batch[0]
         if not request.reply(_TASKS + data):
             del w.held[line]  # the worker is gone; lose() will not see this batch
             w.dispatched -= len(batch)
@@ -667,7 +688,9 @@ class Scheduler:
                 # (at most this many unstarted: a cheap first look, as most are passed
                 # over at a map's tail when tasks are short)
                 most = sum(len(batch) for batch in v.held.values()) - 1
-                if most > 0 and not self.worth_recalling(v, most, now):
+                fid = next((t.fid for b in v.held.values() for t in b.values()), None)
+                if most > 0 and fid is not None \
+                        and not self.worth_recalling(v, most, fid, now):
                     passed.append(v)  # listed again (at the end), for a later try
                     if len(passed) >= RECALL_LOOKS:
                         return False
@@ -675,7 +698,7 @@ class Scheduler:
                 line, tasks = self.unstarted(v)
                 if not tasks:
                     continue
-                if not self.worth_recalling(v, len(tasks), now):
+                if not self.worth_recalling(v, len(tasks), tasks[0].fid, now):
                     passed.append(v)
                     if len(passed) >= RECALL_LOOKS:
                         return False
@@ -696,13 +719,13 @@ class Scheduler:
                 holders[v.id] = v
             self.passed_over = bool(passed)
 
-    def worth_recalling(self, v: Worker, unstarted: int, now: float) -> bool:
-        """Whether asking holder ``v`` for some of its ``unstarted`` tasks is worth a
-        recall's round trip: yes until both a task's time and a recall's are measured;
-        then when running them would take ``v`` longer than a recall takes, or when
-        ``v`` is late (nothing heard of its task in progress for longer than two
-        recalls and two tasks: stuck in a long one)."""
-        task, recall = self.task_seconds, self.recall_seconds
+    def worth_recalling(self, v: Worker, unstarted: int, fid: int, now: float) -> bool:
+        """Whether asking holder ``v`` for some of its ``unstarted`` tasks (of function
+        ``fid``) is worth a recall's round trip: yes until both a task's time (of that
+        function) and a recall's are measured; then when running them would take ``v``
+        longer than a recall takes, or when ``v`` is late (nothing heard of its task in
+        progress for longer than two recalls and two tasks: stuck in a long one)."""
+        task, recall = self.fid_seconds.get(fid), self.recall_seconds
         if task is None or recall is None:
             return True
         return unstarted * task > recall or now - v.since > 2 * (recall + task)
@@ -823,6 +846,8 @@ class Scheduler:
         later.extend(t for t in w.recalling.values() if not t.done and t.id not in held)
         w.recalling = {}
         self.recall_sent.pop(w.id, None)
+        self.batch_first.pop(w.id * 2, None)
+        self.batch_first.pop(w.id * 2 + 1, None)
         self.holders.pop(w.id, None)
         w.held.clear()
         self.lost[w.id] = {t.id: t for t in running + later}
