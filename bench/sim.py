@@ -15,7 +15,8 @@ time (no sleep, no CPU: bench/simulator.py): the sustained dispatch rate (tasks/
 the whole map), the master's CPU per task (``resource.getrusage`` of the master
 process), the simulators' CPU (to see that they were not the limit) and the results a
 message carried. The map's result is checked against ``range(T)``: every task's result
-arrived, once, in order. Targets (issue #29): at 10,000 workers >= 20,000 tasks/s,
+arrived, once, in order. Last the pool's end (``terminate``, ``join``): its seconds
+(``end_s``) and the master's CPU over them (``end_cpu_s``). Targets (issue #29): at 10,000 workers >= 20,000 tasks/s,
 <= 50 KB per connected worker, per-task CPU growing < 1.5x from 1,000 to 10,000.
 
 The master needs a file descriptor per connection: two per worker (its job's and its
@@ -124,12 +125,13 @@ def master(n: int, tasks: int, idle_seconds: float, timeout: float,
         out["connected"] = n
         out["lost"] = pool.stats().lost
         backend = fiber_sim.INSTANCE
+        out["statuses_polled_start"] = backend.polled  # job statuses asked while starting
         time.sleep(1.0)  # the last hellos' replies settle
         out["rss_kb_connected"] = _rss_kb()
         out["kb_per_worker"] = (out["rss_kb_connected"] - rss0) / n
         # idle: heartbeats and polls only
         s0 = backend.stats()
-        polls0 = backend.polls
+        polls0, polled0 = backend.polls, backend.polled
         c0, w0 = _cpu(), time.perf_counter()
         time.sleep(idle_seconds)
         c1, w1 = _cpu(), time.perf_counter()
@@ -138,6 +140,7 @@ def master(n: int, tasks: int, idle_seconds: float, timeout: float,
         out["idle_cpu_pct"] = 100 * (c1 - c0) / idle
         out["heartbeats_per_s"] = _delta(s0, s1, "watch") / idle
         out["polls_per_s"] = (backend.polls - polls0) / idle
+        out["statuses_polled_per_s"] = (backend.polled - polled0) / idle
         # the map
         if profile:
             import cProfile
@@ -169,11 +172,17 @@ def master(n: int, tasks: int, idle_seconds: float, timeout: float,
         out["batches"] = _delta(s1, s2, "batches")
         out["recalls"] = _delta(s1, s2, "recalls")
         out["pool_done"] = stats.done
+        out["recalled"] = stats.recalled  # tasks given back (recalls that moved a task)
         out["rss_kb_end"] = _rss_kb()
         out["loadavg"] = list(os.getloadavg())
     finally:
+        # the end of the pool: every worker's connections drop (Hub.peer_lost per
+        # connection) and its job ends; the master's seconds and CPU until join returns
+        c0, w0 = _cpu(), time.perf_counter()
         pool.terminate()
         pool.join()
+        out["end_s"] = time.perf_counter() - w0
+        out["end_cpu_s"] = _cpu() - c0
         backend = fiber_sim.INSTANCE
         if backend is not None:
             sims = [sim.proc for sim in backend._sims]

@@ -223,3 +223,60 @@ def test_heartbeats_and_polls_are_spaced_out_with_many_jobs(monkeypatch):
             p.kill()
         for p in procs:
             p.join(30)
+
+
+def test_the_monitor_polls_connected_jobs_a_slice_at_a_time(monkeypatch):
+    """The job monitor asks the backend for the statuses of every job that has not
+    connected (or whose connection dropped) but of at most ``QUIET_SLICE`` connected
+    ones a poll, in turn: with the slice set to 2 and 6 children connected, starting a
+    7th and the 3 s after, no poll asks for more than 2 of the 6, and all 6 are asked
+    for in turn (before: every poll asked for all 7, and each start woke the monitor
+    for one). A connected child killed from outside is polled at once when its
+    connection drops: its end is reported and its job released. Real processes, real
+    local backend; the backend's poll is wrapped to count (the call still runs)."""
+    from fiber.backend.local.backend import LocalBackend
+    from fiber.runtime import monitor
+
+    monkeypatch.setattr(monitor, "QUIET_SLICE", 2, raising=False)
+
+    children = [fiber.Process(target=time.sleep, args=(60,), daemon=True) for _ in range(6)]
+    for p in children:
+        p.start()
+    last = fiber.Process(target=time.sleep, args=(60,), daemon=True)
+    polled: list[set[str]] = []
+    real_poll = LocalBackend.poll
+
+    def counting_poll(self, jobs):
+        polled.append({job.id for job in jobs})
+        return real_poll(self, jobs)
+
+    try:
+        deadline = time.monotonic() + 60
+        while not all(p._popen.is_connected for p in children):
+            assert time.monotonic() < deadline, "the children did not connect"
+            time.sleep(0.05)
+        time.sleep(0.2)  # (a poll that began before the last hello has been asked)
+        connected = {p._popen.job.id for p in children}
+        monkeypatch.setattr(LocalBackend, "poll", counting_poll)
+        last.start()
+        assert last.pid is not None
+        time.sleep(3)
+        asked = [ids & connected for ids in polled]
+        assert asked and all(len(ids) <= 2 for ids in asked), asked
+        assert set().union(*asked) == connected, asked  # each in turn
+        victim = children[0]
+        os.kill(victim.pid, 9)
+        victim.join(15)
+        assert victim.exitcode == -9
+        deadline = time.monotonic() + 15
+        while not victim._popen._released:  # its final status came from a poll
+            assert time.monotonic() < deadline, "the killed child's job was not released"
+            time.sleep(0.05)
+        assert any(victim._popen.job.id in ids for ids in polled)
+    finally:
+        monkeypatch.setattr(LocalBackend, "poll", real_poll)
+        started = [p for p in children + [last] if p._popen is not None]
+        for p in started:
+            p.kill()
+        for p in started:
+            p.join(30)

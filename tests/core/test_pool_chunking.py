@@ -78,3 +78,11 @@ def test_batch_limits():
     assert not chunking.goes_alone(2047, 0.004)
     assert chunking.goes_alone(2048, None)  # a chunk this big goes alone
     assert chunking.goes_alone(1, 0.005)  # tasks this long are not batched
+
+
+def test_least_batch_is_what_one_round_trip_runs():
+    # (a task's seconds, a recall's round trip) -> tasks a batch takes after its first,
+    # at least: none until both are measured, at most MAX_BATCH
+    assert [chunking.least_batch(t, r) for t, r in
+            [(None, 0.05), (0.001, None), (0.001, 0.05), (0.1, 0.05), (1e-6, 1.0)]] \
+        == [0, 0, 50, 0, chunking.MAX_BATCH]

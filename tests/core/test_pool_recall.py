@@ -208,6 +208,57 @@ class FakeContext:
         pass
 
 
+def _holder_and_idle_worker(s: Scheduler, sink: Sink):
+    """w1 runs task 0 and holds task 1 in advance; w2 comes up, runs task 2 and is
+    idle with the queue empty: the moment a recall is considered."""
+    w1, w2 = s.new_workers(2)
+    lines1, give1 = up(s, w1)
+    s.submit_chunks(square, list(range(3)), 1, TaskKind.MAP, sink)
+    (t1,) = lines1[1].batch()
+    lines2, _ = up(s, w2)
+    _, done = results(s, w2, 0, lines2[0])
+    deliver(sink, done)
+    return w1, w2, give1, t1[0]
+
+
+def test_a_holder_whose_tasks_begin_before_a_recall_would_arrive_is_asked_once_late():
+    """The table's estimates (a task's time, a recall's round trip) are set here as if
+    measured: 1 ms tasks, 50 ms recalls. The holder's one unstarted task would begin
+    long before a recall reached it, so none is sent (at 1,000 simulated workers 95% of
+    the recalls gave nothing back, issue #29); once the holder is late (nothing heard
+    for longer than two recalls and two tasks: stuck in a long task) the supervisor's
+    retry (recall_late) asks it."""
+    import time
+
+    s = Scheduler(2, attempts_limit=3)
+    s.fid_seconds[s.func_id(square)], s.recall_seconds = 0.001, 0.05
+    sink = Sink()
+    w1, w2, give1, t1 = _holder_and_idle_worker(s, sink)
+    assert give1.answer is None, "a recall not worth its round trip was sent"
+    assert w2.state == IDLE and not w2.awaiting and s.passed_over
+    s.recall_late()  # not late yet: still nothing
+    assert give1.answer is None
+    time.sleep(0.2)  # > 2 * (0.05 + 0.001) since w1 began its task
+    s.recall_late()
+    assert give1.recall() == (1, 1, [t1]) and w2.awaiting
+    s.given(w1, 1, FakeLine(peer=1001), [t1])
+    assert s.recalled == 1
+    assert s.recall_seconds is not None and s.recall_seconds < 0.05  # measured (~0 s)
+
+
+def test_a_holder_with_long_tasks_is_asked_at_once_and_the_recall_is_timed():
+    """Estimates set as if measured (0.5 s tasks, 50 ms recalls): the holder's task
+    would take longer than a recall, so the idle worker asks for it at once; the
+    recall's round trip updates the estimate."""
+    s = Scheduler(2, attempts_limit=3)
+    s.fid_seconds[s.func_id(square)], s.recall_seconds = 0.5, 0.05
+    sink = Sink()
+    w1, w2, give1, t1 = _holder_and_idle_worker(s, sink)
+    assert give1.recall() == (1, 1, [t1]) and w2.awaiting
+    s.given(w1, 1, FakeLine(peer=1001), [t1])
+    assert s.recalled == 1 and s.recall_seconds is not None and s.recall_seconds < 0.05
+
+
 class FakeClient:
     def __init__(self) -> None:
         self.ctx = FakeContext()

@@ -127,6 +127,67 @@ def test_batches_grow_with_the_queue_and_big_chunks_go_alone():
     assert len(lines5[0].batch()[1]) == BATCH_ITEMS // 100
 
 
+def test_a_batch_takes_at_least_what_runs_in_a_recall_round_trip():
+    """Once a batch of a map has measured its tasks (1 ms each by the worker's clock,
+    passed to ``timed`` as the channel does) and a recall's round trip is known (20 ms,
+    set as if measured), a batch of that map takes the tasks one round trip runs even
+    when the queue is short (the 12 left of 40 for 4 workers went out 2 per batch, one
+    per batch at the tail: issue #29). While a worker is starting, batches are sized as
+    before (the first workers up do not take the work of the others)."""
+    import time
+
+    s = table(target=4)
+    workers = s.new_workers(4)
+    lines = [connect(s, w) for w in workers]
+    s.submit_chunks(square, list(range(40)), 1, TaskKind.MAP, Sink())
+    assert len(s.queue) == 12  # each worker holds two batches
+    w1 = workers[0]
+    n = len(lines[0][0].batch()[1])
+    s.timed(w1, time.monotonic(), n, n * 0.001)
+    s.recall_seconds = 0.02
+    again, _ = finish(s, w1, 0, lines[0][0])
+    assert len(again.batch()[1]) == 12 and not s.queue  # (1 + 11 // 8 = 2 before)
+
+    s2 = table(target=4)
+    w1, _ = s2.new_workers(2)
+    lines1 = connect(s2, w1)
+    s2.submit_chunks(square, list(range(40)), 1, TaskKind.MAP, Sink())
+    n = len(lines1[0].batch()[1])
+    s2.timed(w1, time.monotonic(), n, n * 0.001)
+    s2.recall_seconds = 0.02
+    again, _ = finish(s2, w1, 0, lines1[0])
+    assert len(again.batch()[1]) < 12  # one is still starting: no least size
+
+
+def noop(x):
+    return x
+
+
+def test_a_batch_is_not_sized_by_the_time_of_other_work():
+    """A pool that measured fast tasks (a warm-up map of the same function, 10 us each
+    by the workers' clock, passed to ``timed`` as the channel does) and a recall's
+    round trip (1 ms, set as if measured) then gets another map of that function: its
+    batches are sized as before until a batch of it is measured (the benchmark's map of
+    10 ms sleeps after its warm-up of sleeps of 0 went out in batches of 128 to one
+    worker and ran 2-5x slower than ideal)."""
+    import time
+
+    s = table(target=4)
+    workers = s.new_workers(4)
+    lines = [connect(s, w) for w in workers]
+    s.submit_chunks(square, list(range(8)), 1, TaskKind.MAP, Sink())
+    for w, ls in zip(workers, lines, strict=True):
+        for line in (0, 1):
+            if ls[line].answer is not None:
+                n = len(ls[line].batch()[1])
+                s.timed(w, time.monotonic(), n, n * 1e-5)
+                finish(s, w, line, ls[line])
+    assert s.task_seconds == pytest.approx(1e-5)  # measured
+    s.recall_seconds = 0.001
+    s.submit_chunks(square, list(range(10)), 1, TaskKind.MAP, Sink())
+    assert len(s.queue) < 10 and max(len(b) for w in workers for b in w.held.values()) <= 2
+
+
 def test_results_are_delivered_and_the_line_takes_the_next_batch():
     s = table(target=2)
     (w,) = s.new_workers(1)

@@ -9,6 +9,19 @@ tenth of a core of the parent's (issue #29); a connected job's end is seen at on
 its dropped connection (which wakes the monitor), so the pause delays only the end of
 jobs that never connected.
 
+A job whose process is connected to its parent is *quiet* (:meth:`JobMonitor.quiet`,
+from when it says hello until its connection drops or its heartbeat times out:
+:meth:`JobMonitor.resume`): its end is seen by its connection, so a poll asks for all
+the jobs that have not connected (or whose connection is gone) but only for the next
+:data:`QUIET_SLICE` quiet ones, in turn; each poll, and each start, cost the number of
+live jobs before (issue #29). With up to :data:`QUIET_SLICE` jobs connected every poll
+still asks for all of them; with more, each is asked about every few polls (the
+cluster's word on a connected job matters only when it is final: a ``LOST`` for a job
+with a fresh heartbeat is overruled, see :mod:`fiber.runtime.popen`).
+A new job does not wake the monitor (it did: a poll of every job at each start) unless
+no job was polled; it is first polled within the pause, which bounds how late the death
+of a job that never connects is seen (as it did for every poll after the first).
+
 A poll that fails (the cluster manager is down, overloaded or cut off) is not the end
 of any job: the jobs stay watched with their last known state, and the monitor keeps
 polling, backing off to :data:`LONGEST_OUTAGE_PAUSE` between tries, until the cluster
@@ -25,6 +38,8 @@ that has not connected fails to start with that reason instead of waiting for ev
 
 from __future__ import annotations
 
+import collections
+import itertools
 import logging
 import threading
 import time
@@ -45,6 +60,8 @@ LONGEST_OUTAGE_PAUSE = 10.0
 STATUSES_PER_SECOND = 2000.0
 #: the longest pause between two polls that work, seconds
 LONGEST_POLL_PAUSE = 5.0
+#: connected (quiet) jobs a poll asks about, at most, in turn
+QUIET_SLICE = 256
 
 
 def poll_pause(interval: float, jobs: int) -> float:
@@ -58,6 +75,10 @@ class JobMonitor:
     def __init__(self, backend: Backend) -> None:
         self.backend = backend
         self._jobs: dict[str, tuple[Job, Callback]] = {}
+        # the watched jobs polled each time: all but the quiet (connected) ones, which
+        # are polled QUIET_SLICE at a time, in turn (the one asked about last at the end)
+        self._polled: dict[str, Job] = {}
+        self._quiet: collections.OrderedDict[str, Job] = collections.OrderedDict()
         #: when the current outage began (time.monotonic()), None while polls work
         self.outage_since: float | None = None
         #: when the poll under way began (None between polls)
@@ -71,10 +92,19 @@ class JobMonitor:
         self._thread = threads.start("fiber-monitor", self._run,
                                      name=f"fiber-monitor-{backend.name}", fails=self._died)
 
-    def watch(self, job: Job, callback: Callback) -> None:
+    def watch(self, job: Job, callback: Callback, quiet: bool = False) -> None:
+        """Call ``callback(status)`` once the job's status is final; ``quiet``: it is
+        connected, not polled until :meth:`resume`."""
         with self._cond:
             self._jobs[job.id] = (job, callback)
-            self._cond.notify()
+            if quiet:
+                self._polled.pop(job.id, None)
+                self._quiet[job.id] = job
+            else:
+                self._quiet.pop(job.id, None)
+                if not self._polled:
+                    self._cond.notify()  # (the monitor waits for a job to poll)
+                self._polled[job.id] = job
             dead = self._dead
             if dead is None or job.id in self._failed:
                 return
@@ -96,20 +126,53 @@ class JobMonitor:
     def unwatch(self, job: Job) -> None:
         with self._cond:
             self._jobs.pop(job.id, None)
+            self._polled.pop(job.id, None)
+            self._quiet.pop(job.id, None)
 
-    def wake(self) -> None:
+    def quiet(self, job: Job) -> None:
+        """Poll a watched job only in turn with the other quiet ones (at most
+        :data:`QUIET_SLICE` a poll): it is connected, its end is seen by its connection
+        (until :meth:`resume`)."""
+        with self._cond:
+            if self._polled.pop(job.id, None) is not None:
+                self._quiet[job.id] = job
+
+    def resume(self, job: Job) -> None:
+        """Poll a watched job again (it was quiet: its connection dropped, or its
+        heartbeat stopped), from the next poll on."""
+        with self._cond:
+            if job.id in self._jobs:
+                self._quiet.pop(job.id, None)
+                if not self._polled:
+                    self._cond.notify()  # (the monitor waits for a job to poll)
+                self._polled[job.id] = job
+
+    def wake(self, job: Job | None = None) -> None:
+        """Poll now; ``job`` (watched) is polled again (:meth:`resume`)."""
+        if job is not None:
+            self.resume(job)
         with self._cond:
             self._cond.notify()
+
+    def _quiet_slice(self) -> list[Job]:
+        """The next :data:`QUIET_SLICE` quiet jobs, moved to the end (under the lock)."""
+        jobs = list(itertools.islice(self._quiet.values(), QUIET_SLICE))
+        if len(jobs) < len(self._quiet):
+            for job in jobs:
+                self._quiet.move_to_end(job.id)
+        return jobs
 
     def _run(self) -> None:
         interval = max(0.01, float(self.backend.poll_interval))
         pause = interval
         while True:
             with self._cond:
-                while not self._jobs:
+                while not self._polled and not self._quiet:
                     self._cond.wait()
                 self._cond.wait(pause)
-                jobs = [job for job, _ in self._jobs.values()]
+                jobs = list(self._polled.values()) + self._quiet_slice()
+            if not jobs:
+                continue
             self.polling_since = time.monotonic()
             try:
                 statuses = self.backend.poll(jobs)
@@ -137,6 +200,8 @@ class JobMonitor:
                     continue
                 with self._cond:
                     entry = self._jobs.pop(job_id, None)
+                    self._polled.pop(job_id, None)
+                    self._quiet.pop(job_id, None)
                 if entry is None:
                     continue
                 try:

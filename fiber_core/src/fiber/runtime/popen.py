@@ -153,7 +153,8 @@ class JobPopen:
         if self.job.pid is not None and self.pid is None:  # (it may have said hello)
             self.pid = self.job.pid
         logger.debug("started %s as %s job %s", self.process_name, self.backend.name, self.job.id)
-        monitor_for(self.backend).watch(self.job, self._job_ended)
+        # a job connected already is not polled (its connection tells its end)
+        monitor_for(self.backend).watch(self.job, self._job_ended, quiet=self._link_up)
 
     def _job_spec(self, cfg: config.Config, process_obj: ProcessObject,
                   resources: Resources) -> JobSpec:
@@ -190,6 +191,9 @@ class JobPopen:
         self._link_up = True
         self.pid, self.host = pid, host
         self._known.set()
+        job: Job | None = getattr(self, "job", None)
+        if job is not None:  # (else it is watched quiet once created: see __init__)
+            monitor_for(self.backend).quiet(job)
         self.hub.call_later(beat_interval(self.heartbeat_interval,
                                           self.heartbeat_timeout), self._check_alive)
 
@@ -229,6 +233,7 @@ class JobPopen:
                            self.process_name, self._job_id(), silent)
             self._force_end()
             self._finish(-signal.SIGKILL)
+            self._poll_again()  # its final status releases it
             return
         self.hub.call_later(beat_interval(self.heartbeat_interval,
                                           self.heartbeat_timeout), self._check_alive)
@@ -241,6 +246,16 @@ class JobPopen:
         except Exception:  # noqa: BLE001 - the job may be unreachable
             logger.debug("terminating lost job %s failed", self.job.id, exc_info=True)
 
+    def _poll_again(self, now: bool = False) -> None:
+        """The job's monitor polls it again (it was quiet while connected): from its
+        next poll, or ``now``."""
+        job: Job | None = getattr(self, "job", None)
+        monitor = monitor_for(self.backend)
+        if now:
+            monitor.wake(job)
+        elif job is not None:
+            monitor.resume(job)
+
     def connection_lost(self) -> None:
         self._link_up = False
         if self.exit_reported is not None:
@@ -250,7 +265,9 @@ class JobPopen:
             # job that outlived it would exit anyway once its parent is silent)
             self._finish(self.asked_to_end)
         else:
-            monitor_for(self.backend).wake()
+            self._poll_again(now=True)  # its end is the cluster's to tell
+            return
+        self._poll_again()  # its final status (which releases it)
 
     def _job_ended(self, status: JobStatus) -> None:
         if status.state is JobState.LOST and self._trusted_over(status):
@@ -315,7 +332,7 @@ class JobPopen:
                 "its heartbeat is fresh: fiber trusts the job and keeps it (said once for "
                 "the backend; the same holds for its other jobs)", self.backend.name,
                 self.job.id, self.process_name, status.reason or status.state.value)
-        monitor_for(self.backend).watch(self.job, self._job_ended)
+        monitor_for(self.backend).watch(self.job, self._job_ended, quiet=True)
         return True
 
     def _finish(self, code: int) -> None:

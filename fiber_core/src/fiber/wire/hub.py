@@ -19,6 +19,14 @@ length, before allocating), at most :data:`~fiber.wire.protocol.NNG_MAX_PENDING`
 connections authenticate at once (the oldest is closed), each within
 :data:`~fiber.wire.protocol.AUTH_TIMEOUT` seconds of connecting. Authenticated clients
 send longer requests in pieces (:data:`~fiber.wire.protocol.PART`), put together here.
+
+A connection that drops is reported (``peer_gone``) only to the channels it sent a
+request to: the hub keeps, for each connection, the channels it addressed (recorded at
+its first request to each), so a dropped connection costs the number of its own
+channels, not the hub's (issue #29: at the end of a pool of 10,000 workers, each of the
+10,000 dropped connections was reported to all 10,000 control channels). A channel
+learns of a peer only from its requests (``request.peer``), so it misses no loss it
+could act on.
 """
 
 from __future__ import annotations
@@ -102,6 +110,10 @@ class Hub:
         self.authkey = authkey or auth.get_authkey()
         self._channels: dict[int, Channel] = {}
         self._stream_channels: set[int] = set()
+        # connection -> the channels it sent requests to, and channel -> its connections
+        # (authenticated connections only: an entry is made when one is admitted)
+        self._peer_channels: dict[int, set[int]] = {}
+        self._channel_peers: dict[int, set[int]] = {}
         self._stream: StreamListener | None = None  # started on first use
         self._ids = itertools.count(1)
         # reentrant: remove_channel runs from finalizers (a queue or pool collected),
@@ -148,6 +160,10 @@ class Hub:
         with self._lock:
             self._channels.pop(channel_id, None)
             self._stream_channels.discard(channel_id)
+            for peer in self._channel_peers.pop(channel_id, ()):
+                addressed = self._peer_channels.get(peer)
+                if addressed is not None:
+                    addressed.discard(channel_id)
 
     def call_later(self, delay: float, fn: Callable[[], None],
                    failed: Callable[[FiberThreadError], None] | None = None) -> None:
@@ -165,6 +181,9 @@ class Hub:
         if channel is None or (stream and cid not in self._stream_channels):
             request.reply(b"", GONE)
             return
+        addressed = self._peer_channels.get(request.peer)
+        if addressed is not None and cid not in addressed:
+            self._addressed(request.peer, cid)
         try:
             channel.handle(request, memoryview(data)[9:])
         except Exception:  # noqa: BLE001 - a bad request must not stop the hub
@@ -172,10 +191,36 @@ class Hub:
             if not request.answered:
                 request.reply(b"internal error", ERROR)
 
-    def peer_lost(self, peer: int) -> None:
-        """A connection of either wire is gone: its channels drop what it waited for."""
+    def _addressed(self, peer: int, cid: int) -> None:
+        """Record that the connection ``peer`` sent a request to channel ``cid``."""
         with self._lock:
-            channels = list(self._channels.values())
+            addressed = self._peer_channels.get(peer)
+            if addressed is None or cid not in self._channels:
+                return  # the connection went away, or the channel was removed
+            addressed.add(cid)
+            self._channel_peers.setdefault(cid, set()).add(peer)
+
+    def peer_joined(self, peer: int) -> None:
+        """A connection of either wire has authenticated: its requests are recorded
+        from now on, for :meth:`peer_lost`."""
+        with self._lock:
+            self._peer_channels.setdefault(peer, set())
+
+    def peer_lost(self, peer: int) -> None:
+        """A connection of either wire is gone: the channels it sent requests to drop
+        what it waited for (the other channels never heard of it)."""
+        with self._lock:
+            cids = self._peer_channels.pop(peer, ())
+            channels = []
+            for cid in cids:
+                peers = self._channel_peers.get(cid)
+                if peers is not None:
+                    peers.discard(peer)
+                    if not peers:
+                        del self._channel_peers[cid]
+                channel = self._channels.get(cid)
+                if channel is not None:
+                    channels.append(channel)
         for channel in channels:
             try:
                 channel.peer_gone(peer)
@@ -200,7 +245,7 @@ class Hub:
         with self._lock:
             if self._stream is None:
                 self._stream = StreamListener(self.host, self.authkey, self.dispatch,
-                                              self.peer_lost)
+                                              self.peer_lost, self.peer_joined)
             return self._stream.address
 
     # -- nng connections ------------------------------------------------------------
@@ -275,6 +320,7 @@ class Hub:
             with self._lock:
                 if pipe.id in self._peers:
                     self._peers[pipe.id] = True
+                    self._peer_channels.setdefault(pipe.id, set())
         request.reply(reply[1:], reply[:1])
         if state.refused is not None:
             self._close_pipe(pipe)

@@ -11,7 +11,8 @@ Three users ask it, each for its own part:
 * the feeder of an ``imap`` (:mod:`~fiber.runtime.pool.feeder`): :func:`window`, the
   chunks submitted and not taken by the caller, at most;
 * the pending table (:mod:`~fiber.runtime.pool.scheduler`): :func:`goes_alone`,
-  :func:`batch_tasks` and :data:`BATCH_ITEMS`, the limits of a batch.
+  :func:`batch_tasks`, :func:`least_batch` and :data:`BATCH_ITEMS`, the limits of a
+  batch.
 
 Plain arithmetic, no state: ``tests/core/test_pool_chunking.py`` pins its answers.
 """
@@ -101,3 +102,17 @@ def batch_tasks(queued: int, workers: int) -> int:
     take the work of those still starting): half of their share, at most
     :data:`MAX_BATCH`; the batch stops earlier at :data:`BATCH_ITEMS` items."""
     return min(MAX_BATCH, queued // (2 * max(1, workers)))
+
+
+def least_batch(task_seconds: float | None, round_trip: float | None) -> int:
+    """How many more tasks a batch takes after its first, at least, once a task's time
+    (``task_seconds``) and a recall's round trip through the master (``round_trip``)
+    are measured: the tasks that run in one round trip, at most :data:`MAX_BATCH`
+    (0 until both are known). A smaller batch costs the master a message pair for less
+    work than the round trip a recall would take to even it out, and a worker holding
+    less than that is not worth a recall (issue #29: at 10,000 simulated workers the
+    master's turnaround is far longer than a 1 ms task, and a map's tail went out one
+    task per batch)."""
+    if not task_seconds or round_trip is None:
+        return 0
+    return min(MAX_BATCH, int(round_trip / task_seconds))

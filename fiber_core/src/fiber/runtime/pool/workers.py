@@ -153,6 +153,7 @@ class WorkerSet:
                 if plan is None:
                     return
                 if not plan:
+                    workers._scheduler.recall_late()  # a holder passed over may be late
                     del workers
                     changed.wait(1.0)
                     continue

@@ -75,13 +75,16 @@ Dispatch = Callable[[Request, bytes, bool], None]
 class StreamListener:
     """Accepts stream connections on ``host`` for a hub: authenticates them with
     ``authkey``, hands their requests to ``dispatch`` and reports each connection that
-    ends to ``peer_lost`` (with its peer number)."""
+    ends to ``peer_lost`` (with its peer number); ``peer_joined`` (if given) hears of
+    each connection once authenticated, before any of its requests."""
 
     def __init__(self, host: str, authkey: bytes, dispatch: Dispatch,
-                 peer_lost: Callable[[int], None]) -> None:
+                 peer_lost: Callable[[int], None],
+                 peer_joined: Callable[[int], None] | None = None) -> None:
         self._key = authkey
         self._dispatch = dispatch
         self._peer_lost = peer_lost
+        self._peer_joined = peer_joined
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._sock = socket.socket(family, socket.SOCK_STREAM)
         self._sock.bind((host, 0))
@@ -173,6 +176,8 @@ class StreamListener:
             if self._closed:
                 sock.close()
                 return
+            if self._peer_joined is not None:
+                self._peer_joined(conn.peer)
             self._joining.append(conn)
         self._wake()
 
