@@ -15,7 +15,7 @@ import types
 
 import pytest
 
-from fiber.backend.local import forkserver
+from fiber.backend.local import forkserver, preload
 
 METHODS = ["forkserver", "spawn"]
 
@@ -47,7 +47,7 @@ def test_preload_plan(tmp_path):
         "__main__": _module("__main__", str(nocache)),
         "builtin_sys": types.ModuleType("builtin_sys"),
     }
-    names, sources = forkserver.preload_plan(modules)
+    names, sources = preload.preload_plan(modules)
     assert names == [("statistics", statistics.__file__)]
     assert sorted(sources) == sorted([("stale", str(stale)), ("nocache", str(nocache))])
 
@@ -64,9 +64,9 @@ def test_cached_code_is_used_only_for_the_same_source(tmp_path):
     source = b"VALUE = 1\n"
     code = compile(source, "m.py", "exec", dont_inherit=True)
     # private: a unit test of the forkserver's compile cache, filled and read directly
-    forkserver._compiled["m.py"] = (source, code)
+    preload._compiled["m.py"] = (source, code)
     try:
-        cached = forkserver._cached_source_to_code(original)
+        cached = preload._cached_source_to_code(original)
         assert cached(None, source, "m.py") is code
         assert calls == []
         changed = cached(None, b"VALUE = 2\n", "m.py")
@@ -75,7 +75,7 @@ def test_cached_code_is_used_only_for_the_same_source(tmp_path):
         exec(changed, namespace)
         assert namespace["VALUE"] == 2
     finally:
-        forkserver._compiled.pop("m.py", None)
+        preload._compiled.pop("m.py", None)
 
 
 SCRIPT = """

@@ -82,7 +82,7 @@ class ForkServer:
     """The connection to one template process (see :mod:`fiber.backend.local.forkserver`)."""
 
     def __init__(self, job_modules: Sequence[str] = ()) -> None:
-        from fiber.backend.local import forkserver
+        from fiber.backend.local import forkserver, preload
 
         self._proto = forkserver
         self._sock, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -98,9 +98,9 @@ class ForkServer:
         finally:
             theirs.close()
         # what the template can do once for all jobs (see its module)
-        names, sources = forkserver.preload_plan()
-        names.extend(forkserver.module_files(job_modules))
-        sources.extend(forkserver.main_source())
+        names, sources = preload.preload_plan()
+        names.extend(preload.module_files(job_modules))
+        sources.extend(preload.main_source())
         forkserver.send_message(self._sock, ("preload", names, sources))
         self.dead = False
         self._closing = False
