@@ -83,6 +83,9 @@ def run_pool(name: str, cfg: dict, result: dict) -> None:
         result["tracebacks"]["start"] = traceback.format_exc()[-4000:]
         return
     result["metrics"]["start"] = {"seconds": time.perf_counter() - t0}
+    if name.startswith("fiber"):  # which fiber ran: this process's and a worker's
+        result["fiber_file"] = {"harness": _module(name).__file__,
+                                "worker": session.call(measure.tasks.fiber_file, None)}
     try:
         _record(result, "latency", lambda: measure.latency(
             session, cfg["latency_calls"], cfg["latency_seconds"]))
