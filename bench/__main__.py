@@ -50,7 +50,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     r.add_argument("--results-md", type=Path, help="Markdown file (default bench/RESULTS.md)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     r.add_argument("--baseline", metavar="REV", help="add the contender fiber@REV: fiber "
-                   "of commit REV (a detached worktree in $FIBER_BENCH_BASELINE_CACHE, "
+                   "of commit REV (a detached worktree in $BENCH_BASELINE_CACHE, "
                    "default /var/cache/fiber/bench-baseline), local backend only; the "
                    "report compares fiber with it row by row (bench/baseline.py)")
     e = sub.add_parser("es", help="the ES demo's plot (examples/es.py --plot): es.png, es.json")

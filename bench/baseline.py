@@ -4,7 +4,7 @@ The benchmark compares contenders in one run, interleaved; to compare fiber with
 older fiber in the same run, the older one is a contender of its own, ``fiber@REV``.
 :func:`prepare` makes a detached git worktree of ``REV`` in a cache directory outside
 the checkout (``/var/cache/fiber/bench-baseline/<short sha>``, or
-``$FIBER_BENCH_BASELINE_CACHE``; reused when it is there and at that commit) and
+``$BENCH_BASELINE_CACHE``; reused when it is there and at that commit) and
 writes, beside it (``<short sha>.dist``), the packaging metadata of that tree's
 distributions (``fiber-core``, and the plugins installed in this environment): their
 names, versions and ``fiber`` entry points, as that commit's pyproject.toml files
@@ -37,7 +37,7 @@ from pathlib import Path
 logger = logging.getLogger("fiber.bench")
 
 REPO = Path(__file__).resolve().parent.parent
-CACHE_ENV = "FIBER_BENCH_BASELINE_CACHE"
+CACHE_ENV = "BENCH_BASELINE_CACHE"  # not FIBER_*: fiber reads those as its settings
 DEFAULT_CACHE = Path("/var/cache/fiber/bench-baseline")
 PREFIX = "fiber@"
 SHORT = 7  # characters of the commit's hash in the contender's name and directory

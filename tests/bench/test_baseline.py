@@ -41,7 +41,7 @@ def _bench(env: dict, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("baseline-cache")
-    env = dict(os.environ, FIBER_BENCH_BASELINE_CACHE=str(root))
+    env = dict(os.environ, BENCH_BASELINE_CACHE=str(root))
     yield root, env
     for tree in root.iterdir():  # the worktrees made: unregistered from the repository
         if (tree / ".git").exists():
