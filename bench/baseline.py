@@ -32,6 +32,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 logger = logging.getLogger("fiber.bench")
@@ -122,10 +123,29 @@ def prepare(rev: str, repo: Path = REPO) -> str:
         _git("worktree", "add", "--detach", str(root), sha, cwd=repo)
         logger.info("baseline %s: made a detached worktree at %s", short, root)
     write_metadata(root, metadata_dir(short))
-    # byte-code written now, as this checkout's is: not in the first timed start
-    for src in pythonpath(name_of(short))[1:]:
-        compileall.compile_dir(src, quiet=1)
+    same_bytecode(pythonpath(name_of(short))[1:], [str(p) for p in checkout_sources(repo)])
     return name_of(short)
+
+
+def checkout_sources(repo: Path = REPO) -> list[Path]:
+    """This checkout's source directories of fiber-core and the plugins."""
+    return [repo / "fiber_core" / "src", *sorted(repo.glob("plugins/*/src"))]
+
+
+def same_bytecode(old: list[str], new: list[str]) -> None:
+    """Both fibers import under the same conditions: when this interpreter writes byte
+    code, both trees are compiled now (not in a first timed start); when it does not
+    (``PYTHONDONTWRITEBYTECODE``, ``-B``), the baseline tree's cached byte code is
+    removed, so that both compile their modules at every import, as this checkout's
+    does then."""
+    if sys.dont_write_bytecode:
+        for src in old:
+            for cache in Path(src).rglob("__pycache__"):
+                shutil.rmtree(cache, ignore_errors=True)
+        logger.info("no byte code written (PYTHONDONTWRITEBYTECODE): neither fiber has any")
+        return
+    for src in [*old, *new]:
+        compileall.compile_dir(src, quiet=1)
 
 
 def _version(src: Path, package: str) -> str:

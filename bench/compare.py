@@ -16,7 +16,8 @@ MARGIN = 0.10
 # better lower.
 HIGHER = ("tasks_per_s/", "efficiency/", "pipe/", "queue/", "workers_used")
 # Counts that describe the run rather than its speed.
-SKIP = ("reps", "rounds", "calls", "hosts", "distinct_workers", "until_map_returned")
+SKIP = ("reps", "rounds", "calls", "hosts", "distinct_workers", "until_map_returned",
+        "shm/same_host")
 SKIP_PREFIX = ("tasks/",)
 # Kinds whose process measures other contenders too: only fiber's figures compare.
 MIXED = ("floor", "shared", "startup")

@@ -142,3 +142,26 @@ def test_verdicts(new: list[float], old: list[float], metric: str, verdict: str)
     (row,) = compare.rows(_data(new, old, metric))
     assert row["verdict"] == verdict
     assert row["ratio"] == pytest.approx(row["new"] / row["old"])
+
+
+@pytest.mark.parametrize("bytecode", [True, False])
+def test_both_fibers_import_under_the_same_bytecode_conditions(tmp_path: Path,
+                                                               bytecode: bool) -> None:
+    """With byte code written, both trees are compiled before the run; without
+    (PYTHONDONTWRITEBYTECODE), the baseline's cached byte code is removed: an old tree
+    with byte code against a checkout without made `import fiber` look 2x slower."""
+    old, new = tmp_path / "old", tmp_path / "new"
+    for src in (old, new):
+        (src / "pkg").mkdir(parents=True)
+        (src / "pkg" / "__init__.py").write_text("X = 1\n")
+    (old / "pkg" / "__pycache__").mkdir()
+    (old / "pkg" / "__pycache__" / "__init__.cpython-311.pyc").write_bytes(b"stale")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    code = f"from bench import baseline; baseline.same_bytecode([{str(old)!r}], [{str(new)!r}])"
+    subprocess.run([sys.executable, *([] if bytecode else ["-B"]), "-c", code], cwd=REPO,
+                   env=env, check=True, timeout=60)
+    caches = {src.name: list((src / "pkg").glob("__pycache__/*.pyc")) for src in (old, new)}
+    if bytecode:
+        assert caches["old"] and caches["new"]
+    else:
+        assert not caches["old"] and not caches["new"]
