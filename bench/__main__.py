@@ -11,7 +11,7 @@ import os
 import sys
 from pathlib import Path
 
-from bench import bulk, es, runner
+from bench import baseline, bulk, es, runner
 
 logger = logging.getLogger("fiber.bench")
 
@@ -49,6 +49,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "(default bench/results)")
     r.add_argument("--results-md", type=Path, help="Markdown file (default bench/RESULTS.md)")
     r.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
+    r.add_argument("--baseline", metavar="REV", help="add the contender fiber@REV: fiber "
+                   "of commit REV (a detached worktree in $BENCH_BASELINE_CACHE, "
+                   "default /var/cache/fiber/bench-baseline), local backend only; the "
+                   "report compares fiber with it row by row (bench/baseline.py)")
     e = sub.add_parser("es", help="the ES demo's plot (examples/es.py --plot): es.png, es.json")
     e.add_argument("--workers", default="1,2,5", help="worker counts, comma-separated")
     e.add_argument("--backend", help="run on this backend's test engine (tests/engines/NAME.py)")
@@ -101,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             raise SystemExit(f"error: --scale-sizes takes whole numbers: {args.scale_sizes!r}"
                              ) from None
+    if args.baseline:
+        names = _with_baseline(args, names)
     engine = None
     if args.backend and args.backend != "local":
         engine = _engine(args.backend)
@@ -119,6 +125,20 @@ def main(argv: list[str] | None = None) -> int:
     logger.info("done in %.0f s; failed: %s", data["meta"]["elapsed_seconds"],
                 ", ".join(failed) or "none")
     return 0
+
+
+def _with_baseline(args: argparse.Namespace, names: list[str] | None) -> list[str]:
+    """The contenders with ``fiber@REV`` second (after fiber); makes its tree."""
+    if (args.backend or os.environ.get("FIBER_BACKEND") or "local") != "local":
+        raise SystemExit("error: --baseline runs on the local backend only (a cluster "
+                         "backend's jobs get fiber from their image or host)")
+    try:
+        name = baseline.prepare(args.baseline)
+    except (ValueError, RuntimeError) as exc:
+        raise SystemExit(f"error: {exc}") from None
+    names = [n for n in names or [c.name for c in runner.cmod.all_contenders()] if n != name]
+    at = names.index("fiber") + 1 if "fiber" in names else 0
+    return [*names[:at], name, *names[at:]]
 
 
 def _es(args: argparse.Namespace) -> int:

@@ -16,6 +16,8 @@ import os
 import time
 from typing import Any
 
+from bench import baseline
+
 CONTENDERS = ("fiber", "mp-fork", "mp-spawn")
 METHODS = ("map", "imap")
 
@@ -84,7 +86,8 @@ def section(data: dict) -> list[str]:
            "speed or better, i.e. a ratio <= 1.00 to `mp-fork`."
            + (" Quick mode: 100,000 items, one repetition (the issue's size, 1,000,000, "
               "is `--full`)." if data["meta"]["mode"] == "quick" else ""), ""]
-    fiber = next((n for n in medians if n.startswith("fiber")), None)
+    fiber = next((n for n in medians  # fiber; a baseline (fiber@REV): bench/compare.py
+                  if n.startswith("fiber") and not baseline.is_baseline(n)), None)
     if fiber is None:
         out.append("Not measured in this run.")
     else:

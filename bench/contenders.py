@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench import baseline
+
 logger = logging.getLogger("fiber.bench")
 
 LOOPBACK = "127.0.0.1"
@@ -183,9 +185,13 @@ class Contender:
     starter: Callable[[int], Session]
     heavy: bool = False  # a runtime with daemons: capped worker counts in --quick
     groups: set[str] = field(default_factory=lambda: {"pool"})
+    # put in front of PYTHONPATH for this contender's benchmark processes (a baseline)
+    pythonpath: list[str] = field(default_factory=list)
 
     def missing(self, kind: str = "pool") -> str | None:
         """Why this contender cannot run benchmarks of ``kind`` here, or None."""
+        if baseline.is_baseline(self.name):  # its fiber is not this process's
+            return baseline.missing(self.name)
         if importlib.util.find_spec(self.module) is None:
             return f"`{self.module}` is not installed (pip install -r bench/requirements-full.txt)"
         if self.name.startswith("fiber") and kind != "startup":  # startup: importing it
@@ -320,8 +326,18 @@ def all_contenders() -> list[Contender]:
     ]
 
 
+def baseline_contender(name: str) -> Contender:
+    """``fiber@REV``: fiber.Pool exactly as the ``fiber`` contender, with the fiber of
+    the baseline tree that bench/baseline.py made for REV (``--baseline REV``)."""
+    short = name[len(baseline.PREFIX):]
+    return Contender(name, "fiber", f"fiber.Pool of commit {short} ({baseline.tree(short)})",
+                     _start_fiber, groups={"pool", "scale"},
+                     pythonpath=baseline.pythonpath(name))
+
+
 def by_name(names: Iterable[str] | None = None) -> list[Contender]:
-    """The contenders named (all when ``names`` is None); unknown names are an error."""
+    """The contenders named (all when ``names`` is None); unknown names are an error,
+    but for baselines (``fiber@REV``, whose tree ``--baseline REV`` makes)."""
     known = all_contenders()
     if names is None:
         return known
@@ -330,6 +346,9 @@ def by_name(names: Iterable[str] | None = None) -> list[Contender]:
     table.setdefault("fiber", known[0])
     wanted = []
     for n in names:
+        if baseline.is_baseline(n) and n not in table:
+            wanted.append(baseline_contender(n))
+            continue
         if n not in table:
             raise ValueError(f"unknown contender {n!r}; choose from {', '.join(table)}")
         wanted.append(table[n])

@@ -223,7 +223,8 @@ def section(data: dict) -> list[str]:
     cfg = data["meta"]["config"]
     runs = [r for r in data["runs"] if r["kind"] == "floor"]
     names = sorted({r["contender"] for r in runs})
-    m = next(iter(data["summary"]["medians"].get("floor", {}).values()), None)
+    per = data["summary"]["medians"].get("floor", {})  # fiber's run, not a baseline's
+    m = per.get("fiber") or next(iter(per.values()), None)
     out = ["## 11. The floor", "",
            "The floor for any Python library on this machine, measured in the same process "
            "as the pools, interleaved (`bench/floor.py`): a small pickle sent over a Unix "

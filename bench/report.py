@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bench import adapt, chunks, faults, sim
+from bench import adapt, baseline, chunks, compare, faults, sim
 
 logger = logging.getLogger("fiber.bench")
 
@@ -89,7 +89,7 @@ def _ratio(v: float | None, base: float | None) -> str:
 
 def _fiber_name(data: dict) -> str | None:
     for name in data["contenders"]:
-        if name.startswith("fiber"):
+        if name.startswith("fiber") and not baseline.is_baseline(name):
             return name
     return None
 
@@ -221,7 +221,7 @@ def markdown(data: dict) -> str:
         lines += ["The same limits applied to multiprocessing (last column) show what this "
                   "machine allowed during the run.", ""]
         lines += _table(["target", "fiber", "met?", f"{BASELINE}, same run"], rows)
-    lines += ["", *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
+    lines += ["", *compare.section(data), *_overhead(data), "", *_throughput(data), "", *_latency(data), "",
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
               *_backends(data), "", *_startup(data), "", *_shared(data), "",
               *faults.markdown(data), *_floor_section(data), *chunks.section(data), "",
@@ -736,6 +736,13 @@ def _backends(data: dict) -> list[str]:
     return out
 
 
+def _color(name: str) -> str:
+    """fiber red, a baseline fiber (fiber@REV) orange, the others blue."""
+    if baseline.is_baseline(name):
+        return "tab:orange"
+    return "tab:red" if name.startswith("fiber") else "tab:blue"
+
+
 def plots(data: dict, out_dir: Path) -> list[Path]:
     """Write the PNG plots; returns their paths (none when matplotlib is missing)."""
     try:
@@ -783,7 +790,7 @@ def plots(data: dict, out_dir: Path) -> list[Path]:
         if got:
             fig, ax = plt.subplots(figsize=(7, 3.8))
             ax.bar([n for n, _ in got], [v for _, v in got],
-                   color=["tab:red" if n.startswith("fiber") else "tab:blue" for n, _ in got])
+                   color=[_color(n) for n, _ in got])
             ax.set_ylabel(ylabel)
             ax.set_yscale("log")
             ax.tick_params(axis="x", rotation=35)

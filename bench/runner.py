@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import baseline, machine
 from bench import contenders as cmod
-from bench import machine
 
 logger = logging.getLogger("fiber.bench")
 
@@ -125,9 +125,13 @@ KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks
 OPT_IN = ("faults", "adapt", "sim")  # kinds run only when named
 
 
-def _env() -> dict[str, str]:
+def _env(contender: str | None = None) -> dict[str, str]:
+    """The environment of a benchmark process: the repository on ``PYTHONPATH`` (the
+    harness), after a baseline contender's fiber tree (bench/baseline.py)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [env.get("PYTHONPATH")])])
+    front = baseline.pythonpath(contender) if contender and baseline.is_baseline(contender) else []
+    env["PYTHONPATH"] = os.pathsep.join([*front, str(REPO),
+                                         *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     env.setdefault("PYTHONWARNINGS", "ignore")
     return env
@@ -151,7 +155,7 @@ def run_worker(kind: str, contender: str, cfg: dict) -> dict:
     limit = cfg.get(f"{kind}_timeout", cfg["timeout"])  # a kind may need longer (scale)
     t0 = time.perf_counter()
     proc = subprocess.Popen([sys.executable, "-m", "bench.worker", spec, out], cwd=REPO,
-                            env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=_env(contender), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
     try:
         _, stderr = proc.communicate(timeout=limit)
@@ -183,6 +187,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
+        old = baseline.is_baseline(c.name)  # fiber of another commit: where fiber runs
         status[c.name] = {"description": c.description, "status": "skipped" if why else "ran",
                           "note": why or ""}
         if c.heavy:
@@ -190,7 +195,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
         if not why:
             jobs["pool"] += [c.name] if "pool" in c.groups else []
             jobs["scale"] += [c.name] if "scale" in c.groups else []
-            jobs["chunks"] += [c.name] if c.name in ("fiber", "mp-fork", "mp-spawn") else []
+            jobs["chunks"] += [c.name] if c.name in ("fiber", "mp-fork", "mp-spawn") or old else []
         if (c.name.startswith("fiber") or c.name in IPC_CONTENDERS) and not c.missing("ipc"):
             jobs["ipc"].append(c.name)
             if why:
@@ -200,9 +205,10 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             jobs["startup"].append(c.name)
             jobs["faults"].append(c.name)
             jobs["adapt"].append(c.name)  # on a cluster backend, its trace (bench/adapt.py)
-            if c.name == "fiber":  # the local backend: one host, as the rows mean
+            if c.name == "fiber" or old:  # the local backend: one host, as the rows mean
                 jobs["shared"].append(c.name)
                 jobs["floor"].append(c.name)
+            if c.name == "fiber":  # not a baseline: the simulator speaks this wire protocol
                 jobs["sim"].append(c.name)
     jobs["ipc"].append("memcpy")
     if kinds is None:  # faults, adapt and sim only when asked for

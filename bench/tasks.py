@@ -37,6 +37,15 @@ def sleep_getpid(d: float) -> int:
     return os.getpid()
 
 
+def fiber_file(_: object = None) -> str | None:
+    """Where the worker's ``fiber`` package was imported from (None: not imported):
+    a baseline contender's workers must run the baseline tree's (bench/baseline.py)."""
+    import sys
+
+    module = sys.modules.get("fiber")
+    return getattr(module, "__file__", None)
+
+
 _first_task: float | None = None  # wall-clock time of this process's first check-in
 _first_cpu: float = 0.0  # its CPU time (ms, user + system) at that moment
 
