@@ -20,6 +20,8 @@ the jobs:
   forgets every job created until then: ``poll`` says they are LOST (a cluster
   manager restarted with its state wiped, which no longer knows the jobs that ran
   before); later jobs are reported as they are;
+* ``FAULTY_POLL_INTERVAL=S``: the backend's ``poll_interval`` is S seconds (a
+  monitor that polls seldom: its first poll comes S seconds after a job starts);
 * ``FAULTY_TERMINATE_DOWN=S``: ``terminate`` waits S seconds, then raises
   :class:`~fiber.backend.ClusterUnreachableError` (a cluster manager that does not
   answer: the job is not ended by the backend).
@@ -47,6 +49,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from fiber.backend import (
     ClusterUnreachableError,
@@ -73,6 +76,11 @@ _delayed = 0  # create_job calls given an arrival time so far
 
 class FaultyBackend(LocalBackend):
     name = "faulty"
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if "FAULTY_POLL_INTERVAL" in os.environ:
+            self.poll_interval = float(os.environ["FAULTY_POLL_INTERVAL"])
 
     def create_job(self, spec: JobSpec) -> Job:
         global _creates, injected_create_failures, _first_create, _delayed

@@ -83,6 +83,9 @@ class JobMonitor:
         self.outage_since: float | None = None
         #: when the poll under way began (None between polls)
         self.polling_since: float | None = None
+        #: when another call last found the cluster manager unreachable (see
+        #: :func:`note_unreachable`; None: never)
+        self.unreachable_at: float | None = None
         #: the statuses of the last poll that worked (for inspection: ``fiber top``)
         self.last: dict[str, JobStatus] = {}
         self._cond = threading.Condition()
@@ -220,14 +223,31 @@ SLOW_POLL = 2.0
 
 def in_outage(backend: Backend) -> bool:
     """Whether the cluster manager of ``backend`` does not answer now: its last
-    status poll failed, or the one under way has taken more than :data:`SLOW_POLL`
-    seconds."""
+    status poll failed, the one under way has taken more than :data:`SLOW_POLL`
+    seconds, another call found it unreachable (:func:`note_unreachable`), or the
+    monitor's thread died (no status will come)."""
     mon = monitor_for.get(backend)
     if mon is None:
         return False
     since = mon.polling_since
-    return mon.outage_since is not None or (
-        since is not None and time.monotonic() - since > SLOW_POLL)
+    now = time.monotonic()
+    return mon.outage_since is not None or mon._dead is not None or (
+        since is not None and now - since > SLOW_POLL) or (
+        mon.unreachable_at is not None and now - mon.unreachable_at < UNREACHABLE_FOR)
+
+
+#: seconds a call's ClusterUnreachableError counts as an outage (see note_unreachable)
+UNREACHABLE_FOR = 5.0
+
+
+def note_unreachable(backend: Backend) -> None:
+    """A call to ``backend`` other than a poll (ending jobs) found its cluster manager
+    unreachable: :func:`in_outage` says so for :data:`UNREACHABLE_FOR` seconds, so that
+    the waits at exit stop early without waiting for a poll to fail too (connected jobs
+    are polled seldom: with many, or when the monitor's thread is slow to run)."""
+    mon = monitor_for.get(backend)
+    if mon is not None:
+        mon.unreachable_at = time.monotonic()
 
 
 def last_state(job_id: str) -> JobState | None:

@@ -33,7 +33,8 @@ from typing import Any, Protocol
 from fiber import threads as fiber_threads
 from fiber.backend import Backend
 from fiber.backend.job import Job
-from fiber.runtime.monitor import in_outage
+from fiber.errors import ClusterUnreachableError
+from fiber.runtime.monitor import in_outage, note_unreachable
 
 logger = logging.getLogger("fiber")
 
@@ -72,6 +73,8 @@ def _call(backend: Backend, items: Sequence[Endable], force: bool) -> list[Endab
     except Exception as exc:  # noqa: BLE001 - the cluster may not answer now
         logger.debug("ending %d %s jobs failed", len(items), backend.name, exc_info=True)
         errors = {item.job.id: exc for item in items}
+    if any(isinstance(error, ClusterUnreachableError) for error in errors.values()):
+        note_unreachable(backend)
     failed = [item for item in items if item.job.id in errors]
     if failed:
         _reaper.add(failed, force, errors[failed[0].job.id])
