@@ -214,10 +214,12 @@ if __name__ == "__main__":
             raise RuntimeError(f"the job's get raised {got}")
     report(run)
 """, "EOFError: fiber thread 'fiber-stdlib-queue' died"),
+    # (tasks of 0.5 s: a worker's heartbeat dies as it starts, before any could end; a
+    # map of trivial tasks could be done by workers still finishing their start)
     "fiber-heartbeat": ("""
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:
-        report(lambda: pool.map(abs, range(8)))
+        report(lambda: pool.map(time.sleep, [0.5] * 8))
 """, "exit code 71"),
     "fiber-output": ("""
 if __name__ == "__main__":

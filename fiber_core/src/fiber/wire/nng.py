@@ -4,6 +4,7 @@ socket, closing without complaints, and nng kept alive until the process ends.""
 from __future__ import annotations
 
 import atexit
+import threading
 import weakref
 from collections.abc import Callable
 
@@ -20,9 +21,20 @@ except AttributeError:  # another pynng version: nothing to undo
     pass
 
 
+# pynng's Context.close checks that the context is open, then reads it: a second
+# thread closing it meanwhile made the first raise TypeError (a hub closed while one of
+# its contexts was closed by its own thread). Closing is rare: one lock serves all
+# (reentrant: a collected context may be closed from a close under way).
+_CLOSING = threading.RLock()
+
+
 class Context(pynng.Context):
     """A pynng context that can be garbage collected after its socket is closed
-    (pynng's own raises from ``__del__`` then)."""
+    (pynng's own raises from ``__del__`` then), and closed by two threads at once."""
+
+    def close(self) -> None:
+        with _CLOSING:
+            super().close()
 
     def __del__(self) -> None:
         try:
