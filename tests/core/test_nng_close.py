@@ -19,7 +19,7 @@ def test_a_context_closed_by_two_threads_at_once_closes_quietly():
             ctx = Context(sock)
             gate = threading.Barrier(2)
 
-            def close() -> None:
+            def close(ctx: Context = ctx, gate: threading.Barrier = gate) -> None:
                 gate.wait()
                 try:
                     ctx.close()
