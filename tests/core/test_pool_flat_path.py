@@ -82,7 +82,8 @@ def test_a_call_for_an_idle_worker_passes_no_queue():
     first = s.submit_call(square, (3,), None, _Sink())
     assert _CountingDeque.ops == 0
     flags, batch = lines[0].batch()
-    assert flags == BatchFlag.OPEN_GIVE
+    # (KEPT since the third pass: the worker's task in progress, never recalled)
+    assert flags == BatchFlag.OPEN_GIVE | BatchFlag.KEPT
     assert [(tid, kind, payload) for tid, _, _, kind, payload in batch] == \
         [(first.id, TaskKind.CALL, ((3,), {}))]
     assert batch[0][2] is not None  # the function travels with the first call

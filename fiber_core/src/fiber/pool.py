@@ -164,7 +164,9 @@ class Pool:
             processes, max_task_attempts or config.get_config().max_task_attempts,
             maxtasksperchild, notify)
         hub = target.hub()
-        self._cid = hub.add_channel(PoolChannel(self._scheduler, self._lock), stream=True)
+        channel = PoolChannel(self._scheduler, self._lock)
+        self._cid = hub.add_channel(channel, stream=True)
+        channel.serve_as(self._cid)
         self._address = hub.stream_address
         self._adapter: Adapter | None = None
         # what adapt(placements=) needs to start workers in other contexts
@@ -255,8 +257,9 @@ class Pool:
         with self._lock:
             cid = self._cids.get(id(hub))
             if cid is None:
-                cid = self._cids[id(hub)] = hub.add_channel(
-                    PoolChannel(self._scheduler, self._lock), stream=True)
+                channel = PoolChannel(self._scheduler, self._lock)
+                cid = self._cids[id(hub)] = hub.add_channel(channel, stream=True)
+                channel.serve_as(cid)
                 self._worker_set.channels.append((hub, cid))
             return cid
 

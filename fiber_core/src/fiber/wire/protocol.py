@@ -158,6 +158,10 @@ class BatchFlag:
 
     SUSPECT = 1  # the worker confirms with STARTED that it begins the batch
     OPEN_GIVE = 2  # open the give line (a GIVE request) if it is closed
+    # no task of the batch can be recalled (one task, sent to a worker holding none:
+    # the task in progress is never recalled), so the worker runs it without taking
+    # its Giver's lock (runtime/pool/worker.py)
+    KEPT = 4
 
 
 class TaskKind:

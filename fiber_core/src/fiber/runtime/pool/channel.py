@@ -21,6 +21,10 @@ is not answered); if it carries results, they are the *lost results* of a worker
 up too early and are accepted.
 Handlers run on the stream wire's selector thread, or on a thread that waits for an
 ``apply_async`` result and reads its worker's connection itself (:func:`wait_directly`).
+Such a thread takes the *reply path* (:meth:`PoolChannel.direct`): a ``RESULTS`` frame
+it reads is decoded on that thread before the pool's lock is taken and handled as any
+request (the same :func:`_handle`, in order behind what the selector thread queued),
+without passing the hub's dispatch.
 """
 
 from __future__ import annotations
@@ -36,17 +40,20 @@ from collections.abc import Callable, Iterable
 from fiber.runtime.pool import observe
 from fiber.runtime.pool.lines import Handoff
 from fiber.runtime.pool.observe import TaskError
-from fiber.runtime.pool.result_codec import decode, failure
+from fiber.runtime.pool.result_codec import Results, decode, failure
 from fiber.runtime.pool.results import ApplyResult
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import Outcome, Task, settle
 from fiber.wire import serialization, transport
-from fiber.wire.protocol import BATCH_TIME, POOL_HEADER, PoolOp, TaskKind
+from fiber.wire.protocol import BATCH_TIME, CHANNEL, MSG, POOL_HEADER, PoolOp, TaskKind
 
 _READY, _RESULTS, _STARTED, _STOP = PoolOp.READY, PoolOp.RESULTS, PoolOp.STARTED, PoolOp.STOP
 _PARTIAL, _GIVE = PoolOp.PARTIAL, PoolOp.GIVE
 _HEADER_END = 1 + POOL_HEADER.size
 _RESULTS_END = _HEADER_END + BATCH_TIME.size  # a RESULTS message's results begin here
+# in a whole frame's body (MSG, the channel's number, then the request)
+_REQUEST = len(MSG) + CHANNEL.size
+_FRAME_RESULTS = _REQUEST + _RESULTS_END
 _monotonic = time.monotonic
 
 logger = logging.getLogger("fiber")
@@ -61,6 +68,14 @@ class PoolChannel:
         self._lock = lock
         # the selector thread hands lines over without waiting for the lock
         self._handoff = Handoff(lock)
+        # how a RESULTS frame for this channel begins (MSG, its number, the op): those
+        # direct() takes; none until the hub has numbered it (serve_as)
+        self._results_frame: bytes | None = None
+        self.direct_results = 0  # RESULTS frames taken by the reply path (tests, bench)
+
+    def serve_as(self, cid: int) -> None:
+        """The hub serves this channel as number ``cid`` (:meth:`direct` needs it)."""
+        self._results_frame = MSG + CHANNEL.pack(cid) + _RESULTS
 
     def handle(self, request: transport.Request, payload: memoryview) -> None:
         scheduler = self._scheduler()
@@ -70,7 +85,28 @@ class PoolChannel:
         if len(payload) < _HEADER_END:
             request.reply(b"malformed pool request", transport.ERROR)
             return
-        self._handoff.run(_handle, scheduler, request, payload)
+        self._handoff.run(_handle, scheduler, request, payload, None, self)
+
+    def direct(self, request: transport.Request, body: bytes) -> bool:
+        """The reply path: a whole frame ``body`` read on a worker's connection by a
+        thread that waits there for an ``apply_async`` result (:func:`wait_directly`,
+        which offers it every frame it reads). A ``RESULTS`` request for this channel
+        is decoded here, before the pool's lock is taken, and handled under it as the
+        hub's dispatch would have it handled (:func:`_handle`: the batch's records, the
+        line parked and offered its next task, a lost worker's late results; in order
+        behind what the selector thread queued), its outcomes delivered after.
+        False for any other frame: the hub dispatches it."""
+        prefix = self._results_frame
+        if prefix is None or not body.startswith(prefix) or len(body) < _FRAME_RESULTS:
+            return False
+        scheduler = self._scheduler()
+        if scheduler is None:
+            return False
+        payload = memoryview(body)[_REQUEST:]
+        items = decode(payload[_RESULTS_END:])  # (never raises for a value)
+        self.direct_results += 1
+        self._handoff.run(_handle, scheduler, request, payload, items, self)
+        return True
 
     def peer_gone(self, peer: int) -> None:
         scheduler = self._scheduler()
@@ -79,10 +115,13 @@ class PoolChannel:
         self._handoff.run(_peer_gone, scheduler, peer)
 
 
-def _handle(scheduler: Scheduler, request: transport.Request,
-            payload: memoryview) -> Callable[[], None] | None:
+def _handle(scheduler: Scheduler, request: transport.Request, payload: memoryview,
+            items: Results | None = None,
+            channel: PoolChannel | None = None) -> Callable[[], None] | None:
     """Handle a worker's request (the pool's lock is held); returns the delivery of
-    the results it carried, to be called without the lock."""
+    the results it carried, to be called without the lock. ``items``: the results of
+    a ``RESULTS`` request, decoded already (the reply path's); ``channel``: the one
+    the request came to (a worker's reply path is its channel's)."""
     try:
         op = bytes(payload[:1])
         wid, line = POOL_HEADER.unpack_from(payload, 1)
@@ -91,12 +130,14 @@ def _handle(scheduler: Scheduler, request: transport.Request,
         if w is None or not w.alive or line not in (0, 1):
             if (op == _RESULTS or op == _PARTIAL) and scheduler.lost.get(wid):
                 start = _RESULTS_END if op == _RESULTS else _HEADER_END
-                done = scheduler.lost_results(wid, decode(payload[start:]))
+                done = scheduler.lost_results(
+                    wid, decode(payload[start:]) if items is None else items)
             if op != _PARTIAL:
                 request.reply(_STOP)
         elif op == _RESULTS:  # (first: the one message of an apply_async round trip)
             busy, ran = BATCH_TIME.unpack_from(payload, _HEADER_END)
-            items = decode(payload[_RESULTS_END:])
+            if items is None:
+                items = decode(payload[_RESULTS_END:])
             scheduler.timed(w, _monotonic(), ran, busy)
             done = scheduler.results(w, line, request, items)
             scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
@@ -106,6 +147,8 @@ def _handle(scheduler: Scheduler, request: transport.Request,
             done = scheduler.partial(w, line, items)
             scheduler.meter.tick(w.since, scheduler.done + scheduler.failed)
         elif op == _READY:
+            if channel is not None:
+                w.direct = channel.direct  # its lines come here: so do its replies
             scheduler.ready(w, line, request)
         elif op == _GIVE:
             scheduler.given(w, line, request, serialization.loads(payload[_HEADER_END:]))
@@ -160,12 +203,14 @@ def _name(task: Task, func_name: Callable[[int], str] | None) -> str:
 
 def wait_directly(task: Task, result: ApplyResult, timeout: float | None) -> None:
     """Wait for ``result`` by reading its worker's connection on this thread (see
-    :meth:`fiber.wire.stream.StreamListener.read_directly`); returns early, leaving the
-    caller to wait as usual, when the task is not with a worker or moves to another."""
+    :meth:`fiber.wire.stream.StreamListener.read_directly`), its results taking the
+    reply path (:meth:`PoolChannel.direct`); returns early, leaving the caller to wait
+    as usual, when the task is not with a worker or moves to another."""
     w = task.worker
     if w is None or not w.alive:
         return
     read_until = getattr(w.wire, "read_until", None)
     if read_until is None:
         return
-    read_until(lambda: result._ready or task.worker is not w or not w.alive, timeout)
+    read_until(lambda: result._ready or task.worker is not w or not w.alive, timeout,
+               w.direct)

@@ -538,6 +538,11 @@ class Scheduler:
         flags: int | bool = alone
         if not w.give_open and not alone:
             flags = BatchFlag.OPEN_GIVE
+        if len(batch) == 1 and not w.held and not alone:
+            # it runs at once, as the task in progress, which is never recalled
+            # (unstarted()): the worker may skip its recall guard (a suspect batch, rare,
+            # keeps its plain True)
+            flags |= BatchFlag.KEPT
         wire = []
         for task in batch:
             if task.fid in w.funcs:
@@ -574,7 +579,7 @@ class Scheduler:
         w.sent[line] += 1
         w.awaiting = False
         self.outstanding += 1
-        if flags == BatchFlag.OPEN_GIVE:
+        if flags & BatchFlag.OPEN_GIVE:
             w.give_open = True  # its GIVE comes
         if (len(batch) > 1 or len(w.held) > 1) and not alone:
             self.holders[w.id] = w  # it holds tasks it has not started

@@ -76,12 +76,13 @@ class Task:
 class Worker:
     """The master's mirror of one worker: which of its two lines are parked here, which
     hold a batch, and the order in which the worker waits on them. ``process`` is set by
-    the worker set, ``peer`` and ``wire`` by the channel; the table does not use them."""
+    the worker set, ``peer``, ``wire`` and ``direct`` by the channel; the table does not use
+    them."""
 
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
                  "wire", "since", "giving", "sent", "recalling", "recall_line", "awaiting",
-                 "give_open")
+                 "give_open", "direct")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -98,6 +99,9 @@ class Worker:
         self.connected = False
         self.listed = ""  # the table's list it is in: "idle", "spare" or none ("")
         self.wire: Any = None  # a request it sent: its connection, for reading directly
+        # what a direct reader of that connection offers each frame (the reply path of
+        # the pool's channel its lines come to, channel.PoolChannel.direct), or None
+        self.direct: Any = None
         self.since = 0.0  # when its task in progress began (observe.py), time.monotonic()
         self.giving: Line | None = None  # its give line, parked here (no recall under way)
         self.sent = [0, 0]  # batches sent on each line

@@ -60,7 +60,7 @@ STOP = PoolOp.STOP
 TASKS = PoolOp.TASKS
 CALL, MAP, STARMAP = TaskKind.CALL, TaskKind.MAP, TaskKind.STARMAP
 # a batch's flags (True is a suspect batch, False a plain one)
-SUSPECT, OPEN_GIVE = BatchFlag.SUSPECT, BatchFlag.OPEN_GIVE
+SUSPECT, OPEN_GIVE, KEPT = BatchFlag.SUSPECT, BatchFlag.OPEN_GIVE, BatchFlag.KEPT
 
 
 _clock = time.perf_counter
@@ -117,6 +117,15 @@ def run_batch(batch: Batch, funcs: dict[int, Any],
             if early.idle:
                 early.wake()
     return results
+
+
+def guard(flags: int, giver: Giver) -> Giver | None:
+    """The recall guard a batch runs with: none for a batch the master flags ``KEPT``
+    (no task of it can be recalled, so the Giver's lock per task is skipped), unless
+    the Giver's thread died (its tasks then fail with the cause, as every batch's)."""
+    if flags & KEPT and giver.error is None:
+        return None
+    return giver
 
 
 def encode_results(worker_id: int, line: int, results: list[tuple[int, bool, Any]],
@@ -408,7 +417,7 @@ def worker(address: str, cid: int, worker_id: int,
                 # the next batches' results go with their lines' requests
                 sender_died = sender.error is not None
             else:
-                results = run_batch(batch, funcs, None, giver)
+                results = run_batch(batch, funcs, None, guard(flags, giver))
             busy = _clock() - began
             ran = len(batch) - giver.end_batch()
             # one concatenation: the request's head (channel, op, worker, line) is made

@@ -42,7 +42,9 @@ class Listening(Protocol):
     def want_write(self, conn: _Connection) -> None: ...
 
     def read_directly(self, conn: _Connection, done: Callable[[], bool],
-                      timeout: float | None) -> bool: ...
+                      timeout: float | None,
+                      direct: Callable[[StreamRequest, bytes], bool] | None = None,
+                      ) -> bool: ...
 
 
 class StreamRequest:
@@ -64,12 +66,13 @@ class StreamRequest:
         self.answered = True
         return self._conn.send(self._line, status + data if data else status)
 
-    def read_until(self, done: Callable[[], bool], timeout: float | None) -> bool:
+    def read_until(self, done: Callable[[], bool], timeout: float | None,
+                   direct: Callable[[StreamRequest, bytes], bool] | None = None) -> bool:
         """Read and dispatch this request's connection on the calling thread until
-        ``done()`` holds or ``timeout`` passes (see
-        :meth:`~fiber.wire.stream.server.StreamListener.read_directly`).
+        ``done()`` holds or ``timeout`` passes, offering each frame to ``direct``
+        first (see :meth:`~fiber.wire.stream.server.StreamListener.read_directly`).
         False when it could not: another thread reads the connection, or it is gone."""
-        return self._conn.listener.read_directly(self._conn, done, timeout)
+        return self._conn.listener.read_directly(self._conn, done, timeout, direct)
 
 
 class _Connection:

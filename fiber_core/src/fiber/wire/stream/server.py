@@ -70,6 +70,8 @@ def on_selector_thread() -> bool:
 
 #: how a listener hands a request to its hub: ``dispatch(request, body, True)``
 Dispatch = Callable[[Request, bytes, bool], None]
+#: what a direct reader offers each frame it reads first: True when it handled it
+Direct = Callable[[StreamRequest, bytes], bool]
 
 
 class StreamListener:
@@ -272,9 +274,10 @@ class StreamListener:
         finally:
             conn.rlock.release()
 
-    def _read_and_dispatch(self, conn: _Connection) -> bool:
+    def _read_and_dispatch(self, conn: _Connection, direct: Direct | None = None) -> bool:
         """Dispatch the frames that are complete now (holding conn.rlock, so that they
-        are dispatched in the order they came); False when the connection ended."""
+        are dispatched in the order they came); False when the connection ended.
+        ``direct`` (a direct reader's) is offered each frame first."""
         try:
             frames = conn.read()
         except OSError:
@@ -282,16 +285,21 @@ class StreamListener:
             return False
         dispatch = self._dispatch
         for line, body in frames:
-            dispatch(StreamRequest(conn, line), body, True)
+            request = StreamRequest(conn, line)
+            if direct is None or not direct(request, body):
+                dispatch(request, body, True)
         return True
 
     def read_directly(self, conn: _Connection, done: Callable[[], bool],
-                      timeout: float | None) -> bool:
+                      timeout: float | None, direct: Direct | None = None) -> bool:
         """Let the calling thread, which waits for a reply to come on ``conn``, read
         that connection itself until ``done()`` holds or ``timeout`` passes: the reply
         is then dispatched on the thread that waits for it, and the hop from the
         selector thread (a thread wake-up, about a fifth of a pool's round trip) is
-        saved. The connection leaves the selector meanwhile and returns to it when no
+        saved. ``direct(request, body)``, if given, is offered each frame read first
+        (True: it handled the frame, which then does not pass the hub's dispatch: the
+        pool's reply path, :meth:`fiber.runtime.pool.channel.PoolChannel.direct`).
+        The connection leaves the selector meanwhile and returns to it when no
         caller has read it for ``_PARK`` seconds (at once when it has bytes to write).
         False when another thread is reading the connection or it is gone (the
         caller then waits as usual)."""
@@ -300,7 +308,8 @@ class StreamListener:
         # parked (left out by the last direct read): it stays out while this thread
         # holds its reader token (the selector thread takes it back only with the
         # token), so no listener lock is needed to use it
-        if conn not in self._parked:
+        parked = conn in self._parked
+        if not parked:
             with self._lock:
                 try:
                     self._selector.unregister(conn.sock)
@@ -337,32 +346,46 @@ class StreamListener:
                     continue
                 if events[0][1] & select.POLLOUT:
                     conn.flush()
-                if events[0][1] & ~select.POLLOUT and not self._read_and_dispatch(conn):
+                if events[0][1] & ~select.POLLOUT and \
+                        not self._read_and_dispatch(conn, direct):
                     alive = False
                     break
         finally:
-            wake = False
-            with self._lock:
-                if not alive or conn.closed or self._closed:
-                    self._parked.pop(conn, None)
-                elif conn._out:
-                    self._parked.pop(conn, None)
-                    try:
-                        self._selector.register(
-                            conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
-                    except (KeyError, ValueError, OSError):
-                        pass
-                else:
-                    # left out of the selector for the next direct read; the selector
-                    # thread (woken when it had none) takes it back after _PARK
-                    wake = not self._parked
-                    self._parked[conn] = time.monotonic()
-                # given back once it is where it stays (the next direct reader reads
-                # whether it is parked without the lock)
+            if parked and alive and not conn._out and not conn.closed and not self._closed:
+                # parked before and stays so: only its time changes, without the lock
+                # (the selector thread reads the list under the lock, but takes a
+                # connection off it only with its reader token, held here until now)
+                self._parked[conn] = time.monotonic()
                 conn.rlock.release()
-            if wake:
-                self._wake()
+            else:
+                self._after_direct_read(conn, alive)
         return True
+
+    def _after_direct_read(self, conn: _Connection, alive: bool) -> None:
+        """Where a connection read directly goes when the read ends (its reader token
+        held): dropped, back in the selector (bytes to write), or parked; then the
+        token is given back."""
+        wake = False
+        with self._lock:
+            if not alive or conn.closed or self._closed:
+                self._parked.pop(conn, None)
+            elif conn._out:
+                self._parked.pop(conn, None)
+                try:
+                    self._selector.register(
+                        conn.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, conn)
+                except (KeyError, ValueError, OSError):
+                    pass
+            else:
+                # left out of the selector for the next direct read; the selector
+                # thread (woken when it had none) takes it back after _PARK
+                wake = not self._parked
+                self._parked[conn] = time.monotonic()
+            # given back once it is where it stays (the next direct reader reads
+            # whether it is parked without the lock)
+            conn.rlock.release()
+        if wake:
+            self._wake()
 
     def _drop(self, conn: _Connection) -> None:
         with self._lock:
