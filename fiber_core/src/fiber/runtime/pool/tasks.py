@@ -21,6 +21,7 @@ logger = logging.getLogger("fiber")
 
 RUN, CLOSE, TERMINATE = "RUN", "CLOSE", "TERMINATE"  # a pool's states
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"  # a worker's
+IDLE_LIST, SPARE = "idle", "spare"  # the table's lists of workers with a parked line
 
 _CALL = TaskKind.CALL
 
