@@ -19,7 +19,8 @@ place only as it enters another, in one method, under one lock. Split into objec
 every part would reach into the others' state to keep those invariants
 (tests/core/test_pool_scheduler.py drives the whole table). The one part with a job of
 its own, taking back tasks not started (*recall*), is written apart in
-:mod:`~fiber.runtime.pool.recall`, as a base class whose state lives on the table, so
+:mod:`~fiber.runtime.pool.recall`, and so is the cache of the tasks' functions
+(:mod:`~fiber.runtime.pool.functions`): base classes whose state lives on the table, so
 the per-task path reads it with no call layer more. A line it answers is anything with
 ``reply(data) -> bool``, which lets unit tests drive it with fakes.
 
@@ -74,6 +75,7 @@ from typing import Any
 
 from fiber.errors import WorkerLostError
 from fiber.runtime.pool import chunking, observe
+from fiber.runtime.pool.functions import Functions
 from fiber.runtime.pool.recall import Recall
 from fiber.runtime.pool.tasks import (
     CLOSE,
@@ -92,7 +94,6 @@ from fiber.wire.protocol import BatchFlag, PoolOp, TaskKind
 
 logger = logging.getLogger("fiber")
 
-FUNC_CACHE = 256  # functions whose pickles the pool keeps for workers that lack them
 LOST_KEPT = 64  # lost workers whose late results are still accepted
 
 _STOP, _TASKS = PoolOp.STOP, PoolOp.TASKS
@@ -100,7 +101,7 @@ _CALL = TaskKind.CALL
 _monotonic = time.monotonic
 
 
-class Scheduler(Recall):
+class Scheduler(Functions, Recall):
     """The pending table of one pool (see the module's docstring).
 
     ``target`` is the pool's size, ``attempts_limit`` how many workers a task may lose
@@ -131,10 +132,7 @@ class Scheduler(Recall):
         self.start_failures = 0  # workers in a row that ended before connecting
         self.task_ids = itertools.count()
         self.worker_ids = itertools.count(1)
-        self.func_ids = itertools.count()
-        self.funcs: collections.OrderedDict[int, tuple[object, int, bytes]] = \
-            collections.OrderedDict()
-        self.func_bytes: dict[int, bytes] = {}
+        self.init_functions()  # funcs, func_bytes (functions.py)
         self.init_recall()  # holders, recall_seconds, ... (recall.py)
         # tasks held by recently lost workers: their results may still be in flight
         self.lost: collections.OrderedDict[int, dict[int, Task]] = collections.OrderedDict()
@@ -230,33 +228,6 @@ class Scheduler(Recall):
             raise ValueError("Pool not running")
         if self.broken is not None:
             raise self.broken
-
-    def func_id(self, func: Callable[..., Any]) -> int:
-        """The id under which workers know ``func`` (pickled once, cached by identity)."""
-        key = id(func)
-        entry = self.funcs.get(key)
-        if entry is not None and entry[0] is func:
-            self.funcs.move_to_end(key)
-            return entry[1]
-        code = serialization.dumps_code(func)
-        fid = next(self.func_ids)
-        self.funcs[key] = (func, fid, code)
-        self.func_bytes[fid] = code
-        if len(self.funcs) > FUNC_CACHE:
-            _, (_, old, _) = self.funcs.popitem(last=False)
-            self.func_bytes.pop(old, None)  # workers that have it keep it
-            self.fid_seconds.pop(old, None)
-            self.fid_sink.pop(old, None)
-        return fid
-
-    def func_name(self, fid: int) -> str:
-        """The qualified name of the function known as ``fid`` (for an error; a pass
-        over the cached functions)."""
-        for func, known, _ in list(self.funcs.values()):
-            if known == fid:
-                name = getattr(func, "__qualname__", None) or getattr(func, "__name__", None)
-                return str(name) if name else repr(func)
-        return f"function #{fid}"
 
     def submit_call(self, func: Callable[..., Any], args: Iterable[Any],
                     kwds: Mapping[str, Any] | None, sink: Sink) -> Task:
