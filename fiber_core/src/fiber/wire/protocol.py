@@ -160,8 +160,8 @@ class BatchFlag:
     OPEN_GIVE = 2  # open the give line (a GIVE request) if it is closed
     # no task of the batch can be recalled (one task, sent to a worker holding none:
     # the task in progress is never recalled), so the worker runs it without taking
-    # its Giver's lock (runtime/pool/worker.py). (8, not 4: h/split takes 4 for HOLD)
-    KEPT = 8
+    # its Giver's lock (runtime/pool/worker.py)
+    KEPT = 8  # (4 is free: it was kept for a flag that did not land)
 
 
 class TaskKind:
