@@ -167,3 +167,40 @@ def test_a_hello_encoded_once_says_what_hello_says():
     made = protocol.hello_maker("host-1")(4242)
     assert protocol.parse_hello(made) == protocol.parse_hello(protocol.hello(4242, "host-1"))
     assert protocol.mismatch(protocol.parse_hello(made)) is None
+
+
+# a job module that lists its open descriptors as it starts (before it opens anything)
+FDS_JOB = """
+import json, os
+if __name__ == "__main__":
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    found = {}
+    for fd in listed:
+        try:
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # listdir's own descriptor, closed by now
+    with open(os.environ["JOB_OUT"], "w") as f:
+        json.dump(found, f)
+"""
+
+
+def test_a_forked_job_holds_none_of_the_template_s_descriptors(tmp_path, monkeypatch):
+    """A job forked by the template starts with descriptors 0 (``/dev/null``), 1 and 2
+    (its log) only: the template's connection to its backend, its selector and its
+    signal pipe are closed in the child (by number, not through their Python objects,
+    whose close methods copied some of the template's pages). A guard of the closing:
+    it held before that change too."""
+    (tmp_path / "fdsjob.py").write_text(FDS_JOB)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    server = ForkServer(["fdsjob"])
+    try:
+        out = tmp_path / "fds.json"
+        log = tmp_path / "fds.log"
+        child = server.spawn("fdsjob", {**os.environ, "JOB_OUT": str(out)}, str(tmp_path),
+                             str(log), 30)
+        assert child.wait(60) == 0, log.read_text()
+    finally:
+        server.close()
+    found = {int(fd): target for fd, target in json.loads(out.read_text()).items()}
+    assert found == {0: os.devnull, 1: str(log), 2: str(log)}, found
