@@ -204,3 +204,27 @@ def test_a_forked_job_holds_none_of_the_template_s_descriptors(tmp_path, monkeyp
         server.close()
     found = {int(fd): target for fd, target in json.loads(out.read_text()).items()}
     assert found == {0: os.devnull, 1: str(log), 2: str(log)}, found
+
+
+GIVE_SCRIPT = """
+import threading
+import fiber
+
+def give_threads(_):
+    return [t.name for t in threading.enumerate() if t.name.startswith("fiber-pool-give")]
+
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        print("give threads", sorted(set(sum(pool.map(give_threads, range(6), chunksize=1), []))))
+"""
+
+
+def test_a_worker_never_asked_to_give_back_starts_no_give_thread(run_script):
+    """A pool worker's give line is opened by its first batch, but its thread starts
+    only with the first recall (the job's heartbeat thread reads the line's replies
+    meanwhile): a worker that is never asked to give tasks back (a pool of one here)
+    runs without it. Before, every worker started it with its first batch. Recalls
+    over real workers: tests/core/test_pool_late_workers.py."""
+    result = run_script(GIVE_SCRIPT, env={"FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    assert "give threads []" in result.stdout, result.stdout + result.stderr
