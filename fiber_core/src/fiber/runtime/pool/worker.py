@@ -333,17 +333,17 @@ class Giver:
                 except ConnectionLostError:
                     pass
             return True
-        with self._changed:
+        with self._changed:  # (held: open() must not start a thread meanwhile)
             self._ctx.on_reply(None)
             self._lazy = False
             self._resume = True
-        try:
-            self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
-        except Exception as exc:  # noqa: BLE001 - not in the reader's thread: fail the tasks
-            error = FiberThreadError(f"cannot start fiber thread 'fiber-pool-give': {exc}",
-                                     thread="fiber-pool-give")
-            error.__cause__ = exc
-            self._died(error)
+            try:
+                self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
+            except Exception as exc:  # noqa: BLE001 - not in the reader's thread: fail the tasks
+                error = FiberThreadError(f"cannot start fiber thread 'fiber-pool-give': "
+                                         f"{exc}", thread="fiber-pool-give")
+                error.__cause__ = exc
+                self._died(error)
         return False
 
     def _died(self, error: FiberThreadError) -> None:
