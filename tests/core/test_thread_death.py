@@ -145,11 +145,18 @@ if __name__ == "__main__":
     with fiber.Pool(2) as pool:
         report(lambda: pool.map(abs, range(50), chunksize=5))
 """, "FiberThreadError"),
-    # (recalls would go unanswered: the worker's tasks not started fail with the error)
+    # (the thread starts with a worker's first recall: one worker holds tasks behind
+    # one of 1.5 s while the other runs out of work, so it is asked to give back; the
+    # recall goes unanswered and the worker's tasks not started fail with the error)
     "fiber-pool-give": ("""
+def hold(x):
+    time.sleep(x)
+    return x
+
 if __name__ == "__main__":
     with fiber.Pool(2) as pool:
-        report(lambda: pool.map(abs, range(50), chunksize=5))
+        pool.map(abs, range(2), chunksize=1)
+        report(lambda: pool.map(hold, [1.5, 1.5, 1.5, 0, 0, 0, 0, 0], chunksize=1))
 """, "FiberThreadError"),
     # (the stream listener's gate: no job can be admitted; the listener is closed, so
     # the pool's workers are refused at once and its start error names the thread)

@@ -167,3 +167,64 @@ def test_a_hello_encoded_once_says_what_hello_says():
     made = protocol.hello_maker("host-1")(4242)
     assert protocol.parse_hello(made) == protocol.parse_hello(protocol.hello(4242, "host-1"))
     assert protocol.mismatch(protocol.parse_hello(made)) is None
+
+
+# a job module that lists its open descriptors as it starts (before it opens anything)
+FDS_JOB = """
+import json, os
+if __name__ == "__main__":
+    listed = [int(fd) for fd in os.listdir("/proc/self/fd")]
+    found = {}
+    for fd in listed:
+        try:
+            found[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass  # listdir's own descriptor, closed by now
+    with open(os.environ["JOB_OUT"], "w") as f:
+        json.dump(found, f)
+"""
+
+
+def test_a_forked_job_holds_none_of_the_template_s_descriptors(tmp_path, monkeypatch):
+    """A job forked by the template starts with descriptors 0 (``/dev/null``), 1 and 2
+    (its log) only: the template's connection to its backend, its selector and its
+    signal pipe are closed in the child (by number, not through their Python objects,
+    whose close methods copied some of the template's pages). A guard of the closing:
+    it held before that change too."""
+    (tmp_path / "fdsjob.py").write_text(FDS_JOB)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    server = ForkServer(["fdsjob"])
+    try:
+        out = tmp_path / "fds.json"
+        log = tmp_path / "fds.log"
+        child = server.spawn("fdsjob", {**os.environ, "JOB_OUT": str(out)}, str(tmp_path),
+                             str(log), 30)
+        assert child.wait(60) == 0, log.read_text()
+    finally:
+        server.close()
+    found = {int(fd): target for fd, target in json.loads(out.read_text()).items()}
+    assert found == {0: os.devnull, 1: str(log), 2: str(log)}, found
+
+
+GIVE_SCRIPT = """
+import threading
+import fiber
+
+def give_threads(_):
+    return [t.name for t in threading.enumerate() if t.name.startswith("fiber-pool-give")]
+
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        print("give threads", sorted(set(sum(pool.map(give_threads, range(6), chunksize=1), []))))
+"""
+
+
+def test_a_worker_never_asked_to_give_back_starts_no_give_thread(run_script):
+    """A pool worker's give line is opened by its first batch, but its thread starts
+    only with the first recall (the job's heartbeat thread reads the line's replies
+    meanwhile): a worker that is never asked to give tasks back (a pool of one here)
+    runs without it. Before, every worker started it with its first batch. Recalls
+    over real workers: tests/core/test_pool_late_workers.py."""
+    result = run_script(GIVE_SCRIPT, env={"FIBER_BACKEND": "local"})
+    assert result.returncode == 0, result.stderr
+    assert "give threads []" in result.stdout, result.stdout + result.stderr

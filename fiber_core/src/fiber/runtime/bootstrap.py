@@ -275,6 +275,7 @@ def main() -> int:
     # (without it the parent cannot tell this job alive: the job ends)
     threads.start("fiber-heartbeat", _heartbeat, client, channel, cfg.heartbeat_interval,
                   cfg.heartbeat_timeout, fails=threads.end_process)
+    client.always_read = True  # (the heartbeat waits on it: a pool worker's give line)
     prep, payload = pickle.loads(reply)
     output = _Output(client, channel, {b"1": sys.stdout, b"2": sys.stderr})
     out, err = _Forwarder(output, b"1"), _Forwarder(output, b"2")

@@ -77,8 +77,7 @@ def recv_message(sock: socket.socket, buffer: bytearray) -> list[Any]:
     return messages
 
 
-def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
-           pipe_fds: tuple[int, int], module: str, env_changes: _EnvChanges,
+def _child(own_fds: Sequence[int], module: str, env_changes: _EnvChanges,
            cwd: str | None, log_path: str) -> NoReturn:
     """In the forked child: become the job."""
     code = 1
@@ -88,9 +87,13 @@ def _child(closables: Sequence[socket.socket | selectors.BaseSelector],
         # whose machinery touches (and copies) dozens of the template's pages
         for signum in _DEFAULT_SIGNALS:
             _signal.signal(signum, _signal.SIG_DFL)
-        for closable in closables:
-            closable.close()
-        for fd in pipe_fds:
+        # the template's descriptors, closed by number: closing its socket and
+        # selector objects ran their Python close methods, which touched (and
+        # copied) some of the template's pages. Those objects still name the numbers,
+        # but are never closed or collected here (the serving frame holds them, and
+        # the child ends by os._exit), so a descriptor the job reopens under one of
+        # these numbers is never closed behind its back
+        for fd in own_fds:
             os.close(fd)
         os.setsid()
         log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
@@ -294,6 +297,11 @@ def serve(fd: int) -> None:
     selector = selectors.DefaultSelector()
     selector.register(conn, selectors.EVENT_READ, "conn")
     selector.register(read_end, selectors.EVENT_READ, "chld")
+    # what a child closes (an epoll or kqueue selector has a descriptor; select's none)
+    own_fds = [conn.fileno(), read_end, write_end]
+    selector_fd = getattr(selector, "fileno", None)
+    if selector_fd is not None:
+        own_fds.append(selector_fd())
     buffer = bytearray()
     while True:
         for key, _ in selector.select():
@@ -326,8 +334,7 @@ def serve(fd: int) -> None:
                 gc.freeze()  # the objects so far are never collected in a child
                 pid = os.fork()
                 if pid == 0:
-                    _child([conn, selector], (read_end, write_end), module, changes, cwd,
-                           log_path)
+                    _child(own_fds, module, changes, cwd, log_path)
                 _tell(conn, ("spawned", key_, pid))
 
 

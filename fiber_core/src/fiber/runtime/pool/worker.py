@@ -23,7 +23,8 @@ worker's first) opens it, a ``STOP`` answer closes it. It goes over the job's ow
 connection to the parent, not the worker's: a thread waiting on the worker's
 connection would be the one to read every batch and hand it over, a wake-up per message
 that a thousand workers on two cores feel; on the job's connection, whose heartbeat
-thread reads it anyway, the Giver thread wakes only for a recall.
+thread reads it anyway, the Giver thread wakes only for a recall, and is started only
+by the first (until then the heartbeat thread hands the line's replies to it).
 A ``RECALL`` answer names a line, the number of the batch on that line, and task ids;
 the worker gives back those it has not started (it will skip them) and says which in
 its next ``GIVE``, so a task is run by one worker only.
@@ -46,7 +47,7 @@ from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
 from fiber.wire.framing import request_frame
-from fiber.wire.protocol import BATCH_TIME, BatchFlag, PoolOp, TaskKind
+from fiber.wire.protocol import BATCH_TIME, OK, BatchFlag, PoolOp, TaskKind
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 
 logger = logging.getLogger(__name__)
@@ -273,12 +274,26 @@ class Giver:
     not started, provided that batch has not ended, and those ids are skipped when
     their turn comes. The lock makes "started" and "given back" exclusive. The give
     line is opened by :meth:`open` (main thread) and closed by the master's ``STOP``;
-    the thread serves it as many times as it was opened."""
+    the thread serves it as many times as it was opened.
+
+    On a connection that a thread always reads (the job's, read by its heartbeat:
+    ``always_read``) the thread starts only with the first recall: the main thread
+    sends the ``GIVE`` that opens the line, and the thread reading the connection
+    hands the line's replies to :meth:`_replied` (a ``STOP`` it handles itself); most
+    workers are never asked to give back, and a thread was a tenth of a worker's
+    start (issue #29)."""
 
     def __init__(self, client: Any, cid: int, worker_id: int) -> None:
         self._ctx = client.context()
         self._cid = cid
         self._worker_id = worker_id
+        self._opening = GIVE + _HEADER.pack(worker_id, 0) + serialization.dumps([])
+        # no thread until the first recall (see the class): the reader's hook
+        self._lazy = bool(getattr(client, "always_read", False))
+        self._asking = False  # (lazy) an opening GIVE is out, its reply not read
+        self._resume = False  # the thread starts with an opening out (a recall came)
+        if self._lazy:
+            self._ctx.on_reply(self._replied)
         self._lock = threading.Lock()
         self.line = 0  # the line whose batch runs (set by the main thread)
         self._ended = [0, 0]  # batches ended, per line
@@ -294,12 +309,51 @@ class Giver:
 
     def open(self) -> None:
         """The master asks for the give line (main thread)."""
+        send = False
         with self._changed:
             self._opened += 1
             self._changed.notify()
-        if self._thread is None:
+            if self._lazy and not self._asking:
+                send = self._asking = True
+        if send:
+            try:
+                self._ctx.send(self._cid, self._opening)
+            except ConnectionLostError:
+                pass  # the main thread finds out on its lines
+            return
+        if self._thread is None and not self._lazy:
             self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
             self._up.wait()  # (a thread dying as it starts fails the first batch)
+
+    def _replied(self, reply: bytes) -> bool:
+        """(No thread yet) a reply on the give line, in the thread that read it: a
+        ``STOP`` closes the line (opened again at once if the master asked meanwhile);
+        anything else (a recall) starts the thread, which takes it from the line's
+        queue (False: queue it). A thread dying as it starts fails the tasks not
+        started yet (its error, :func:`run_batch`)."""
+        if reply[:1] == OK and reply[1:2] == STOP:
+            with self._changed:
+                self._closed += 1
+                again = self._opened > self._closed
+                self._asking = again
+            if again:
+                try:
+                    self._ctx.send(self._cid, self._opening)
+                except ConnectionLostError:
+                    pass
+            return True
+        with self._changed:  # (held: open() must not start a thread meanwhile)
+            self._ctx.on_reply(None)
+            self._lazy = False
+            self._resume = True
+            try:
+                self._thread = threads.start("fiber-pool-give", self._run, fails=self._died)
+            except Exception as exc:  # noqa: BLE001 - not in the reader's thread: fail the tasks
+                error = FiberThreadError(f"cannot start fiber thread 'fiber-pool-give': "
+                                         f"{exc}", thread="fiber-pool-give")
+                error.__cause__ = exc
+                self._died(error)
+        return False
 
     def _died(self, error: FiberThreadError) -> None:
         """The thread died (in it): recalls go unanswered, so the worker cannot tell
@@ -343,14 +397,17 @@ class Giver:
 
     def _run(self) -> None:
         ctx = self._ctx
-        opening = GIVE + _HEADER.pack(self._worker_id, 0) + serialization.dumps([])
+        opening = self._opening
+        resume = self._resume  # (an opening is out: its reply, a recall, is queued)
         self._up.set()
         try:
             while True:
-                with self._changed:
-                    while self._opened <= self._closed:
-                        self._changed.wait()
-                ctx.send(self._cid, opening)
+                if not resume:
+                    with self._changed:
+                        while self._opened <= self._closed:
+                            self._changed.wait()
+                    ctx.send(self._cid, opening)
+                resume = False
                 while True:
                     reply = ctx.recv()
                     if reply[:1] != PoolOp.RECALL:

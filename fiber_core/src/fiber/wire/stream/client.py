@@ -64,6 +64,12 @@ class StreamClient:
         self._cond = threading.Condition()
         self._waiting = 0
         self._replies: dict[int, collections.deque[bytes]] = {}
+        # lines whose replies a function takes in the thread that reads them
+        # (StreamContext.on_reply)
+        self._hooks: dict[int, Callable[[bytes], bool]] = {}
+        #: set by the owner when a thread always waits on this connection (a job's
+        #: heartbeat), so that a reply nobody waits for is still read at once
+        self.always_read = False
         self._rbuf = bytearray()
         self._chunk = bytearray(READ_SIZE)
         self._lines = itertools.count(1)
@@ -105,6 +111,12 @@ class StreamClient:
     def _forget(self, line: int) -> None:
         with self._cond:
             self._replies.pop(line, None)
+            self._hooks.pop(line, None)
+
+    def _hooked(self, line: int, body: bytes) -> bool:
+        """Whether ``line``'s hook took ``body`` (in the reading thread)."""
+        hook = self._hooks.get(line)
+        return hook is not None and hook(body)
 
     def _send(self, line: int, body: bytes) -> None:
         if self.lost:
@@ -156,7 +168,7 @@ class StreamClient:
                     self._handed()
                     return body
                 other = self._replies.get(got_line)
-                if other is not None:
+                if other is not None and not (self._hooks and self._hooked(got_line, body)):
                     other.append(body)
                 self._handed()
                 continue
@@ -213,7 +225,9 @@ class StreamClient:
                     break  # the rest of a frame is still on its way
                 queue = self._replies.get(line)
                 if queue is not None:
-                    queue.append(bytes(buf[_FRAME.size:end]))
+                    body = bytes(buf[_FRAME.size:end])
+                    if not (self._hooks and self._hooked(line, body)):
+                        queue.append(body)
                 del buf[:end]
             self._handed()
 
@@ -314,6 +328,16 @@ class StreamContext:
     def recv(self, timeout: float | None = None) -> bytes:
         reply = self._client._wait(self._line, timeout)
         return check_reply(reply, self._client.address)
+
+    def on_reply(self, hook: Callable[[bytes], bool] | None) -> None:
+        """Have ``hook`` called with each reply of this line (the whole reply, its
+        status byte first), in whichever thread reads it, instead of queueing it for
+        :meth:`recv` unless the hook returns False; ``None`` removes it. For a line
+        that no thread waits on (a pool worker's give line); the hook must not block."""
+        if hook is None:
+            self._client._hooks.pop(self._line, None)
+        else:
+            self._client._hooks[self._line] = hook
 
     def close(self) -> None:
         self._client._forget(self._line)
