@@ -14,9 +14,9 @@ import socket
 import threading
 import time
 
+from fiber.runtime.pool.giver import Giver
 from fiber.runtime.pool.lines import Handoff
 from fiber.runtime.pool.scheduler import Scheduler
-from fiber.runtime.pool.worker import Giver
 from fiber.wire import transport
 from fiber.wire.stream import server
 from fiber.wire.stream.accepted import _Connection

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import threading
 
+from fiber.runtime.pool.giver import Giver
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import IDLE
-from fiber.runtime.pool.worker import Giver
 from fiber.wire import serialization
 from fiber.wire.protocol import PoolOp, TaskKind
 

@@ -22,9 +22,9 @@ import time
 
 import fiber
 from fiber.errors import FiberThreadError
-from fiber.runtime.pool import worker as pool_worker
+from fiber.runtime.pool import giver as pool_giver
+from fiber.runtime.pool.giver import Giver
 from fiber.runtime.pool.scheduler import Scheduler
-from fiber.runtime.pool.worker import Giver
 from fiber.wire import serialization, transport
 from fiber.wire.protocol import CHANNEL, BatchFlag, PoolOp
 from fiber.wire.stream import server
@@ -190,7 +190,7 @@ def test_a_kept_batch_runs_without_the_recall_guard_unless_the_giver_died():
         def context(self):
             return object()
 
-    guard = pool_worker.guard
+    guard = pool_giver.guard
     giver = Giver(_Client(), cid=5, worker_id=9)
     assert guard(BatchFlag.KEPT | BatchFlag.OPEN_GIVE, giver) is None
     assert guard(BatchFlag.KEPT | BatchFlag.SUSPECT, giver) is None

@@ -33,7 +33,7 @@ WORKER = [
     ("1 wait for the batch: reader token / Condition", ["client.py:recv", "client.py:_wait", "client.py:_handed", "threading.py"]),
     ("2 recv and framing", ["client.py:_read_frame", "framing.py:check_reply"]),
     ("3 decode the batch", ["serialization.py:loads"]),
-    ("4 run: loop, recall guard (Giver), the call", ["worker.py:run_batch", "worker.py:load_functions", "worker.py:begin", "worker.py:end_batch", "worker.py:guard", "tasks.py:noop"]),
+    ("4 run: loop, recall guard (Giver), the call", ["worker.py:run_batch", "worker.py:load_functions", "giver.py:begin", "giver.py:end_batch", "giver.py:guard", "tasks.py:noop"]),
     ("5 encode the result", ["worker.py:encode_results", "result_codec.py:encode", "serialization.py:dumps", "serialization.py:_pickle", "serialization.py:<listcomp>"]),
     ("6 send (frame, sendall)", ["client.py:send", "client.py:_send", "framing.py:request_frame"]),
 ]
