@@ -55,3 +55,39 @@ def test_a_connection_begun_in_an_outage_is_made_when_the_link_is_back(ssh_hosts
         with conn:
             conn.settimeout(10)
             assert conn.recv(5) == b"hello"
+
+
+def test_a_connection_whose_packets_are_dropped_is_made_soon_after_they_pass(ssh_hosts):
+    """The other outage: the host's link is up but its packets go nowhere (an iptables
+    DROP of its outgoing SYNs, in its namespace, for 7.5 s). The kernel sends a SYN
+    again only after 1, 3, 7 and 15 s, so one attempt would next try at 15 s, past the
+    10 s the connect has (before: "timed out"); attempts of at most
+    ``ATTEMPT_SECONDS`` each connect within about that of the drop's end."""
+    address = ssh_hosts["local_address"]
+    host = ssh_hosts["hosts"][1]
+    in_host = ["ip", "netns", "exec", host["namespace"], "iptables"]
+    with socket.create_server((address, 0)) as listener:
+        listener.settimeout(30)
+        port = listener.getsockname()[1]
+        rule = ["OUTPUT", "-p", "tcp", "-d", address, "--dport", str(port), "-j", "DROP"]
+        subprocess.run([*in_host, "-I", *rule], check=True)
+        try:
+            proc = subprocess.Popen(
+                ["ip", "netns", "exec", host["namespace"], sys.executable, "-c", CODE,
+                 address, str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True)
+            time.sleep(7.5)
+        finally:
+            subprocess.run([*in_host, "-D", *rule], check=True)
+        try:
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert proc.returncode == 0, err
+        assert 7.0 <= float(out) <= 10.5, out  # made after the drop, within the time
+        conn, _ = listener.accept()
+        with conn:
+            conn.settimeout(10)
+            assert conn.recv(5) == b"hello"

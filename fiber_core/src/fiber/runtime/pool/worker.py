@@ -44,11 +44,12 @@ from typing import Any
 
 from fiber import threads
 from fiber.errors import ConnectionLostError, FiberThreadError
+from fiber.runtime import config
 from fiber.runtime.pool.giver import Giver, guard
 from fiber.runtime.pool.result_codec import encode
 from fiber.wire import serialization, transport
 from fiber.wire.framing import request_frame
-from fiber.wire.protocol import BATCH_TIME, BatchFlag, PoolOp, TaskKind
+from fiber.wire.protocol import BATCH_TIME, CONNECT_TIMEOUT, BatchFlag, PoolOp, TaskKind
 from fiber.wire.protocol import POOL_HEADER as _HEADER
 
 logger = logging.getLogger(__name__)
@@ -263,8 +264,11 @@ def worker(address: str, cid: int, worker_id: int,
     if initializer is not None:
         serialization.rebind_main(initializer)(*initargs)
     # a connection of its own, not the job's (whose heartbeat thread is nearly always
-    # the one reading it, so every batch would reach this thread through that one)
-    client = transport.StreamClient(address)
+    # the one reading it, so every batch would reach this thread through that one);
+    # its connect waits out an outage of the path to the parent as long as the job's
+    # connection, already made, rides one out (heartbeat_timeout)
+    client = transport.StreamClient(
+        address, connect_timeout=max(CONNECT_TIMEOUT, config.get_config().heartbeat_timeout))
     funcs: dict[int, object] = {}
     confirm = client.context()
     sender: ResultSender | None = None

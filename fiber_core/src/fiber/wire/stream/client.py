@@ -42,14 +42,15 @@ class StreamClient:
     :class:`fiber.wire.nng_client.Client` (``request``, ``context``, ``lost``, ``close``)."""
 
     def __init__(self, address: str, authkey: bytes | None = None,
-                 on_lost: Callable[[], None] | None = None) -> None:
+                 on_lost: Callable[[], None] | None = None,
+                 connect_timeout: float = CONNECT_TIMEOUT) -> None:
         self.address = address
         self._key = authkey or auth.get_authkey()
         self._on_lost = on_lost
         self.lost = False
         host, port, local = split_address(address)
         try:
-            self._sock = connect(host, port, local, CONNECT_TIMEOUT)
+            self._sock = connect(host, port, local, connect_timeout)
         except OSError as exc:
             raise ConnectionLostError(
                 f"cannot connect to the fiber process at {address}: {exc} "

@@ -56,6 +56,9 @@ def connect(host: str, port: int, local: str | None, timeout: float) -> socket.s
 
 # errors that say the path to the listener is down, not that nobody listens: a link
 # cut for a moment (a host's network restarting, a switch, a cut veth in the tests)
+#: seconds one TCP connect attempt waits for an answer before it is made again
+ATTEMPT_SECONDS = 2.0
+
 _PATH_DOWN = frozenset({errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN,
                         errno.EHOSTDOWN})
 
@@ -64,13 +67,21 @@ def _connect_tcp(host: str, port: int, timeout: float) -> socket.socket:
     """Connect within ``timeout`` seconds, trying again while the path is down (a
     starting job whose host lost its link for a few seconds still connects: one that
     was already connected rides out such an outage too, see heartbeat_timeout); any
-    other error, or the path still down at the deadline, raises at once."""
+    other error, or the path still down at the deadline, raises at once. An attempt
+    that gets no answer (a link whose packets go nowhere: the kernel sends its SYN
+    again only after 1, 3, 7, 15 s) is given up after ``ATTEMPT_SECONDS`` and made
+    again, so that a link back just before the deadline is still used."""
     deadline = time.monotonic() + timeout
     pause = 0.05
     while True:
         left = deadline - time.monotonic()
         try:
-            return socket.create_connection((host, port), timeout=max(left, 0.05))
+            return socket.create_connection((host, port),
+                                            timeout=max(min(left, ATTEMPT_SECONDS), 0.05))
+        except TimeoutError:
+            if deadline - time.monotonic() <= 0:
+                raise
+            continue  # no answer within the attempt: a new SYN at once
         except OSError as exc:
             if exc.errno not in _PATH_DOWN or left <= 0:
                 raise
