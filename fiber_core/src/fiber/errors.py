@@ -15,7 +15,7 @@ __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
-    "ForkedProcessError", "JobCreationError", "ListenerLostError", "PluginContractError",
+    "ForkedProcessError", "HandleError", "JobCreationError", "ListenerLostError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -78,6 +78,14 @@ class ForkedProcessError(ProcessError, RuntimeError):
     start method) asked for what fiber's wire cannot give after a fork (a hub of its
     own, a connection to a process other than its parent): the message says to start
     it with spawn or forkserver."""
+
+
+class HandleError(OSError):
+    """A connection, socket or file descriptor sent to another process could not be
+    duplicated into it: the two do not share a kernel and network namespace (another
+    host, a container or pod with its own network), its sender has exited, or another
+    process received it already (a handle pickled once is received once). The message
+    says which, and what to send instead."""
 
 
 class ListenerLostError(ConnectionError):
