@@ -325,3 +325,57 @@ def test_plain_pickle_still_refuses_a_socket():
 
     with socket.socket() as sock, pytest.raises(TypeError):
         pickle.dumps(sock)
+
+
+def test_the_handle_sharer_gives_nothing_to_a_stranger():
+    """The sharer's abstract socket is reachable by any process of the namespace: a
+    peer that announces a huge frame, or answers the challenge with another secret, is
+    closed without a descriptor, and the handle still reaches its real receiver."""
+    import socket
+    import struct
+
+    from fiber.errors import AuthenticationError
+    from fiber.wire import handles, serialization
+    from fiber.wire.handshake import prove
+
+    s1, s2 = socket.socketpair()
+    body = serialization.dumps(s1)
+    address = "\0" + handles.sharer_address()
+    try:
+        with socket.socket(socket.AF_UNIX) as stranger:
+            stranger.settimeout(5)
+            stranger.connect(address)
+            stranger.sendall(struct.pack("!I", 0xFFFFFFFF))  # 4 GiB announced
+            passed = []
+            while True:  # (a refusal frame may come before the close)
+                msg, fds, _, _ = socket.recv_fds(stranger, 4096, 1)
+                passed += fds
+                if not msg:
+                    break
+            assert passed == []  # closed, nothing passed
+        with socket.socket(socket.AF_UNIX) as stranger:
+            stranger.settimeout(5)
+            stranger.connect(address)
+
+            def exchange(message: bytes) -> bytes:
+                stranger.sendall(struct.pack("!I", len(message)) + message)
+                size = struct.unpack("!I", stranger.recv(4))[0]
+                return stranger.recv(size)
+
+            with pytest.raises((AuthenticationError, OSError, struct.error)):
+                prove(b"not the run's secret" * 2, exchange, "the sharer")
+            stranger.shutdown(socket.SHUT_WR)  # (gives up: the sharer closes too)
+            passed = []
+            while True:
+                msg, fds, _, _ = socket.recv_fds(stranger, 4096, 1)
+                passed += fds
+                if not msg:
+                    break
+            assert passed == []
+        received = serialization.loads(body)  # the real receiver still gets it
+        received.sendall(b"z")
+        assert s2.recv(1) == b"z"
+        received.close()
+    finally:
+        s1.close()
+        s2.close()

@@ -20,7 +20,7 @@ multiprocessing's resource sharer keeps it.
 new at every boot, the same in every container of the machine) and the inode of the
 network namespace (``/proc/self/ns/net``: an abstract Unix socket is reachable only
 from the namespace where it was bound). Same kernel and namespace: it connects to the
-sharer, proves the run's secret (fiber's mutual handshake, the stream wire's framing),
+sharer, proves the run's secret (fiber's mutual handshake in length-prefixed frames),
 names the key and receives the duplicate with ``SCM_RIGHTS``: a new descriptor of its
 own, whatever its number. Otherwise (another host, a container or pod with a network
 of its own, a backend whose jobs do not share the kernel) unpickling raises
@@ -63,6 +63,8 @@ logger = logging.getLogger("fiber")
 
 _KEY_SIZE = 16
 _REQUEST = struct.Struct(f"!{_KEY_SIZE}s")
+_HEADER = struct.Struct("!I")  # a frame's length, then the frame
+_FRAME_MAX = 1024  # the longest frame a peer may send the sharer
 _GIVEN = b"\x01"  # the reply that carries the descriptor
 _GONE = b"\x00"  # no descriptor under that key (taken already, or never shared)
 CONNECT_TIMEOUT = 10.0  # seconds to reach the sharer, prove the secret and get the fd
@@ -179,29 +181,49 @@ class _Sharer:
             pass
 
 
+def _frame(body: bytes) -> bytes:
+    return _HEADER.pack(len(body)) + body
+
+
 def _share_admission_class() -> type:
-    from fiber.wire.stream.server import StreamAdmission
+    from fiber.wire.gate import FramedAdmission
+    from fiber.wire.protocol import AUTH_REFUSED
 
-    class ShareAdmission(StreamAdmission):
-        """The stream wire's handshake, then one more frame: the key asked for."""
+    class ShareAdmission(FramedAdmission):
+        """fiber's mutual handshake over length-prefixed frames (at most
+        :data:`_FRAME_MAX` bytes), then one more frame: the key asked for."""
 
-        request = b""
-        _authenticated = False
-
-        def _verdict(self, reply: bytes) -> bytes:
-            self.refused = self.handshake.refused
-            self._authenticated = self.handshake.accepted
-            return reply
+        def __init__(self, handshake: Any) -> None:
+            super().__init__(_HEADER, _FRAME_MAX)
+            self.handshake = handshake
+            self.request = b""
+            self._authenticated = False
 
         def message(self, fields: tuple, body: bytes) -> bytes:
             if not self._authenticated:
-                return super().message(fields, body)
+                reply = self.handshake.step(body)
+                self.refused = self.handshake.refused
+                self._authenticated = self.handshake.accepted
+                return _frame(reply)
             if len(body) != _KEY_SIZE:
                 self.refused = "a request that is not a key"
                 return b""
             self.request = body
             self.accepted = True
             return b""
+
+        def refuse(self, reason: str) -> bytes:
+            reply = self.handshake.refuse(reason)
+            self.refused = self.handshake.refused or reason
+            return _frame(reply)
+
+        def expired(self, seconds: float) -> bytes:
+            expired = self.handshake.expired(seconds)
+            self.refused = "too slow"
+            return _frame(AUTH_REFUSED) if expired else b""
+
+        def dropped(self, cause: object) -> None:
+            self.handshake.dropped(cause)
 
     return ShareAdmission
 
@@ -265,7 +287,6 @@ def receive(ref: Ref) -> int:
             "hosts)")
     from fiber.wire import auth
     from fiber.wire.handshake import prove
-    from fiber.wire.stream.framing import HANDSHAKE_MAX, frame, read_frame_blocking
 
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(CONNECT_TIMEOUT)
@@ -278,15 +299,15 @@ def receive(ref: Ref) -> int:
                 f"handle sharer cannot be reached ({exc}); has it exited?") from None
 
         def exchange(message: bytes) -> bytes:
-            sock.sendall(frame(0, message))
-            got = read_frame_blocking(sock, HANDSHAKE_MAX)
-            if got is None:
+            sock.sendall(_frame(message))
+            (size,) = _HEADER.unpack(_read_exactly(sock, _HEADER.size))
+            if size > _FRAME_MAX:
                 raise ConnectionResetError("a frame too long for a handshake")
-            return got[1]
+            return _read_exactly(sock, size)
 
         try:
             prove(auth.get_authkey(), exchange, f"process {pid}'s handle sharer")
-            sock.sendall(frame(0, _REQUEST.pack(key)))
+            sock.sendall(_frame(_REQUEST.pack(key)))
             msg, fds, _, _ = socket.recv_fds(sock, 1, 1)
         except (OSError, AuthenticationError) as exc:
             raise HandleError(f"{what}, sent by process {pid}, could not be received: "
@@ -300,6 +321,16 @@ def receive(ref: Ref) -> int:
             f"{what}, sent by process {pid}, was received already by another process "
             "(a handle pickled once can be received once, as with multiprocessing)")
     return fds[0]
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionResetError("the handle sharer closed the connection")
+        data += chunk
+    return data
 
 
 # -- what pickles how ---------------------------------------------------------------------
