@@ -245,7 +245,7 @@ def test_reduction_register_applies_to_fibers_wire():
         fiber.reduction.ForkingPickler._extra_reducers.pop(_Point, None)
 
 
-def test_send_handle_over_a_unix_socket_and_clear_error_over_fiber():
+def test_send_handle_over_a_unix_socket_or_a_fiber_pipe_and_dupfd():
     a, b = multiprocessing.Pipe()
     rfd, wfd = os.pipe()
     try:
@@ -254,11 +254,21 @@ def test_send_handle_over_a_unix_socket_and_clear_error_over_fiber():
         os.write(fd, b"x")
         os.close(fd)
         assert os.read(rfd, 1) == b"x"
+        # over a fiber Pipe, and DupFd (issue #43): the descriptor is duplicated into
+        # the receiver (here the same process), as multiprocessing's are
         c, d = fiber.Pipe()
+        fiber.reduction.send_handle(c, wfd, os.getpid())
+        fd = fiber.reduction.recv_handle(d)
+        assert fd != wfd
+        os.write(fd, b"y")
+        os.close(fd)
+        assert os.read(rfd, 1) == b"y"
+        fd = fiber.reduction.DupFd(wfd).detach()
+        os.write(fd, b"z")
+        os.close(fd)
+        assert os.read(rfd, 1) == b"z"
         with pytest.raises(NotImplementedError, match="Unix domain socket"):
-            fiber.reduction.send_handle(c, wfd, os.getpid())
-        with pytest.raises(NotImplementedError, match="another machine"):
-            fiber.reduction.DupFd(wfd)
+            fiber.reduction.send_handle(object(), wfd, os.getpid())
     finally:
         os.close(rfd), os.close(wfd)
         a.close(), b.close()

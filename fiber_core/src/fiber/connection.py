@@ -359,7 +359,16 @@ class Listener(_mp_connection.Listener):
             self._key = key
             self._ready: queue.SimpleQueue[Any] = queue.SimpleQueue()
             self._gate = Gate("listener", self._admitted, on_death=self._gate_died)
-            self._gate.listen(inner._socket, self._admission)
+            self._gate.listen(inner._socket, self._admission, self._renewed)
+
+    def _renewed(self, old: socket.socket, new: socket.socket) -> None:
+        """The gate listens on a new socket at the same address (the old one's
+        descriptor was closed behind its back): :meth:`close` closes it."""
+        inner: Any = getattr(self, "_listener", None)
+        if inner is None or self._gate is None:
+            new.close()  # closed meanwhile
+            return
+        inner._socket = new
 
     def _gate_died(self, error: BaseException) -> None:
         """Nothing can be admitted any more: accept() raises the error, clients

@@ -15,7 +15,7 @@ __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
-    "ForkedProcessError", "JobCreationError", "PluginContractError",
+    "ForkedProcessError", "HandleError", "JobCreationError", "ListenerLostError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -78,6 +78,22 @@ class ForkedProcessError(ProcessError, RuntimeError):
     start method) asked for what fiber's wire cannot give after a fork (a hub of its
     own, a connection to a process other than its parent): the message says to start
     it with spawn or forkserver."""
+
+
+class HandleError(OSError):
+    """A connection, socket or file descriptor sent to another process could not be
+    duplicated into it: the two do not share a kernel and network namespace (another
+    host, a container or pod with its own network), its sender has exited, or another
+    process received it already (a handle pickled once is received once). The message
+    says which, and what to send instead."""
+
+
+class ListenerLostError(ConnectionError):
+    """A listening socket of fiber's (a hub's stream listener, a manager's or a shared
+    object server's, a :class:`fiber.connection.Listener`) lost its descriptor: closed
+    by something else in this process (code that closed a descriptor number it did not
+    own), and no new socket could listen on its address. What depends on the listener
+    (starting a job, connecting to the server) raises this, naming the listener."""
 
 
 class ConnectionLostError(ConnectionError):

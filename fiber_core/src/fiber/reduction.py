@@ -10,10 +10,15 @@
 * ``sendfds``/``recvfds`` pass file descriptors over a Unix domain socket, and
   ``send_handle``/``recv_handle`` over a connection that has one (a
   ``multiprocessing`` Pipe, or a Listener/Client connection on an ``AF_UNIX``
-  address), as multiprocessing's. A fiber ``Connection`` has no socket (its ends may
-  be on different machines, where a descriptor means nothing), so passing it raises
-  :class:`NotImplementedError` saying so; so does ``DupFd``, which multiprocessing uses
-  to hand a descriptor to a child it starts.
+  address), as multiprocessing's, and over a fiber ``Connection`` (which has no
+  socket: the descriptor travels as ``DupFd`` does, below). Another object raises
+  :class:`NotImplementedError` saying so.
+* ``DupFd(fd)`` hands a descriptor to another process as multiprocessing's does (its
+  ``detach()`` there returns a descriptor of that process's own), and connections
+  and sockets sent through fiber's queues, pipes, pools and Process arguments travel
+  the same way (:mod:`fiber.wire.handles`): duplicated into a receiver of the same
+  kernel and network namespace, refused with :class:`fiber.errors.HandleError`
+  elsewhere.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ import pickle
 import socket
 from collections.abc import Callable
 from typing import Any
+
+from fiber.wire.handles import SharedFd
 
 __all__ = ["send_handle", "recv_handle", "ForkingPickler", "register", "dump", "DupFd",
            "sendfds", "recvfds", "AbstractReducer", "HAVE_SEND_HANDLE"]
@@ -81,24 +88,28 @@ def recvfds(sock: socket.socket, size: int) -> list[int]:
 
 
 def _unix_socket(conn: Any, what: str) -> socket.socket:
-    from fiber.connection import Connection  # (a fiber end's fileno() is no socket)
-
     try:
-        if isinstance(conn, Connection):
-            raise OSError("a fiber Connection's fileno() is a readiness descriptor")
         fd = conn.fileno()
     except (OSError, AttributeError) as exc:
         raise NotImplementedError(
-            f"{what} needs a connection over a Unix domain socket (a multiprocessing "
-            f"Pipe or AF_UNIX Listener/Client); {conn!r} has none: fiber connections "
-            "join processes that may run on different machines, where a file "
-            "descriptor means nothing") from exc
+            f"{what} needs a fiber Connection or a connection over a Unix domain socket "
+            f"(a multiprocessing Pipe or AF_UNIX Listener/Client); {conn!r} is "
+            "neither") from exc
     return socket.socket(fileno=fd)
+
+
+def _is_fiber_connection(conn: Any) -> bool:
+    from fiber.connection import Connection
+
+    return isinstance(conn, Connection)
 
 
 def send_handle(conn: Any, handle: int, destination_pid: int) -> None:
     """Send the file descriptor ``handle`` over ``conn`` (see the module's docstring
     for the connections that can carry one)."""
+    if _is_fiber_connection(conn):
+        conn.send(SharedFd(handle))  # duplicated into the receiver (DupFd)
+        return
     sock = _unix_socket(conn, "send_handle")
     try:
         sendfds(sock, [handle])
@@ -108,6 +119,12 @@ def send_handle(conn: Any, handle: int, destination_pid: int) -> None:
 
 def recv_handle(conn: Any) -> int:
     """Receive a file descriptor sent by :func:`send_handle` over ``conn``."""
+    if _is_fiber_connection(conn):
+        shared = conn.recv()
+        if not isinstance(shared, SharedFd):
+            raise TypeError(f"recv_handle received a {type(shared).__name__}, not a "
+                            "descriptor sent by send_handle")
+        return shared.detach()
     sock = _unix_socket(conn, "recv_handle")
     try:
         return recvfds(sock, 1)[0]
@@ -115,12 +132,13 @@ def recv_handle(conn: Any) -> int:
         sock.detach()
 
 
-def DupFd(fd: int) -> Any:  # noqa: N802 - multiprocessing's name
-    """Not available: multiprocessing duplicates a descriptor for a child it starts
-    on this machine; a fiber child is a job that may run anywhere."""
-    raise NotImplementedError(
-        "DupFd: a file descriptor cannot be handed to a fiber process (a job that may "
-        "run on another machine); send the data, or a path the job can open")
+def DupFd(fd: int) -> SharedFd:  # noqa: N802 - multiprocessing's name
+    """A duplicate of ``fd`` to send to another process, as multiprocessing's: its
+    ``detach()`` in the process that unpickled it returns a descriptor of that
+    process's own. Between processes of one kernel and network namespace only (one
+    host, or containers sharing the host's network); elsewhere unpickling raises
+    :class:`fiber.errors.HandleError` (:mod:`fiber.wire.handles`)."""
+    return SharedFd(fd)
 
 
 class AbstractReducer:

@@ -138,6 +138,9 @@ class JobPopen:
         # stream: the job reaches this process by one stream connection (no nng in a job)
         self.cid = self.hub.add_channel(self.channel, stream=True)
         try:
+            # the job will connect to this process's stream listener: one that has
+            # stopped admitting fails this start now, naming the listener and why
+            self.hub.check_admitting()
             spec = self._job_spec(cfg, process_obj, resources)
             self.job: Job = retry.call(self.backend.name, "create a job",
                                        lambda: submit.create(self.backend, spec),

@@ -19,6 +19,20 @@ Then it is handed to its listener (``admitted``) and trusted. The gate's thread
 survives every error (a failed accept for want of descriptors, a listener's callback
 that raises): each is logged, rate-limited, and the gate goes on.
 
+**A descriptor closed behind its back.** Code of the program may close a descriptor
+*number* it does not own (``os.close(n)``, a connection object rebuilt around a number
+that means something else here): the kernel then gives that number to the next socket
+opened, while the gate's selector still has an entry for it. The gate checks the
+identity (device, inode) of its listening sockets and its wake-up pipe every
+:data:`VERIFY_EVERY` seconds, whenever a new connection's number is found already in
+its selector, and when its owner asks (:meth:`Gate.check`, before a job is started): a
+stale entry is dropped without closing the number (it is someone else's now), a lost
+listening socket is replaced by a new one on the same address (the owner is told,
+``renewed``) with one warning that says what happened, and when no socket can listen
+there again, the gate fails with :class:`~fiber.errors.ListenerLostError` naming the
+listener (its owner's ``on_death``: what depends on it fails at once). A selector
+whose own descriptor was closed is replaced the same way.
+
 :func:`admit_blocking` drives one admission on the calling thread with the same
 bounds, for listeners whose ``accept()`` runs the handshake itself
 (:class:`fiber.connection.Listener`, as multiprocessing's does).
@@ -33,15 +47,16 @@ import os
 import select
 import selectors
 import socket
+import stat
 import struct
 import threading
 import time
 from collections.abc import Callable
 
 from fiber import threads
-from fiber.errors import AuthenticationError, FiberThreadError
+from fiber.errors import AuthenticationError, ListenerLostError
 
-__all__ = ["DEADLINE", "MAX_PENDING", "Admission", "FramedAdmission", "Gate",
+__all__ = ["DEADLINE", "MAX_PENDING", "VERIFY_EVERY", "Admission", "FramedAdmission", "Gate",
            "RateLimitedLog", "admit_blocking"]
 
 logger = logging.getLogger("fiber")
@@ -51,6 +66,11 @@ MAX_PENDING = 256  # connections in their handshake at once, per gate
 BACKLOG = 512  # the listening sockets' queue of connections not yet accepted
 _ACCEPTS_PER_WAKE = 64  # then pending handshakes get their turn
 _PAUSE = 0.1  # seconds a listener rests after an accept failed for want of resources
+VERIFY_EVERY = 1.0  # seconds between checks that the listening sockets are still ours
+_CHECK_WAIT = 2.0  # seconds Gate.check waits for the gate to listen again
+# selectors whose descriptor was closed behind their back: never closed nor collected
+# (closing one would close the number, which belongs to someone else now)
+_abandoned: list[object] = []
 
 
 class RateLimitedLog:
@@ -164,6 +184,42 @@ class _Pending:
         self.deadline = deadline
 
 
+class _Listening:
+    """A listening socket of the gate and what identifies its descriptor."""
+
+    __slots__ = ("sock", "make", "fd", "identity", "family", "address", "renewed")
+
+    def __init__(self, sock: socket.socket, make: Callable[[socket.socket], Admission],
+                 renewed: Callable[[socket.socket, socket.socket], None] | None) -> None:
+        self.sock = sock
+        self.make = make
+        self.fd = sock.fileno()
+        self.identity = _identity(self.fd)
+        self.family = sock.family
+        self.address = sock.getsockname()
+        self.renewed = renewed
+
+
+def _identity(fd: int) -> tuple[int, int] | None:
+    """What the descriptor ``fd`` is (device, inode), or None when it is closed."""
+    if fd < 0:
+        return None
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        return None
+    return info.st_dev, info.st_ino
+
+
+def _describe(address: object) -> str:
+    if isinstance(address, bytes) and address[:1] == b"\0":
+        return "@" + address[1:].decode("utf-8", "replace")
+    if isinstance(address, tuple):
+        host, port = address[:2]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(address)
+
+
 _LISTENING = object()
 _WAKE = object()
 
@@ -175,26 +231,31 @@ class Gate:
 
     def __init__(self, name: str, admitted: Callable[[socket.socket, Admission], None],
                  *, deadline: float = DEADLINE, max_pending: int = MAX_PENDING,
-                 on_death: Callable[[FiberThreadError], None] | None = None) -> None:
+                 on_death: Callable[[BaseException], None] | None = None) -> None:
         self.name = name
         self._admitted = admitted
         self.deadline = deadline
         self.max_pending = max_pending
         self.log = RateLimitedLog()
         self._selector = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._selector.register(self._wake_r, selectors.EVENT_READ, _WAKE)
-        self._listening: dict[socket.socket, Callable[[socket.socket], Admission]] = {}
+        self._wake_r, self._wake_w = -1, -1
+        self._wake_identity: tuple[tuple[int, int] | None, tuple[int, int] | None] = (None, None)
+        self._new_wake_pipe()
+        self._listening: dict[socket.socket, _Listening] = {}
         self._paused: dict[socket.socket, float] = {}
         self._pending: collections.OrderedDict[socket.socket, _Pending] = (
             collections.OrderedDict())
         self._lock = threading.Lock()
-        self._added: list[tuple[socket.socket, Callable[[socket.socket], Admission]]] = []
+        self._added: list[_Listening] = []
+        self._checks: list[threading.Event] = []  # Gate.check()s waiting for a verify
+        self._next_verify = time.monotonic() + VERIFY_EVERY
+        self._errors_said: set[str] = set()  # unexpected errors logged with a traceback
         self._closed = False
         self.evicted = 0  # connections closed to make room (for tests and the log)
-        self.failure: FiberThreadError | None = None  # why the gate's thread died
+        self.renewals = 0  # listening sockets made again (for tests and the log)
+        # why the gate stopped admitting: its thread died (FiberThreadError), or a
+        # listening socket was lost for good (ListenerLostError)
+        self.failure: BaseException | None = None
         self._on_death = on_death
         # its loop survives every error; should the thread die anyway (fiber.threads),
         # the owner is told (on_death) and closes its listener: connecting peers are
@@ -202,8 +263,10 @@ class Gate:
         self._thread = threads.start("fiber-gate", self._run, name=f"fiber-gate-{name}",
                                      fails=self._died)
 
-    def _died(self, error: FiberThreadError) -> None:
+    def _died(self, error: BaseException) -> None:
         with self._lock:
+            if self.failure is not None:
+                return  # (told once)
             self.failure = error
         if self._on_death is not None:
             self._on_death(error)
@@ -213,13 +276,16 @@ class Gate:
         """Connections in their handshake now."""
         return len(self._pending)
 
-    def listen(self, sock: socket.socket,
-               make: Callable[[socket.socket], Admission]) -> None:
+    def listen(self, sock: socket.socket, make: Callable[[socket.socket], Admission],
+               renewed: Callable[[socket.socket, socket.socket], None] | None = None) -> None:
         """Admit the connections of the listening socket ``sock``, each through the
-        admission ``make(sock)`` returns for it. Raises the gate's
-        :class:`~fiber.errors.FiberThreadError` when its thread has died."""
+        admission ``make(sock)`` returns for it. Should ``sock``'s descriptor be closed
+        behind its back, the gate listens on its address with a new socket and calls
+        ``renewed(old, new)`` (on its thread; ``old`` is detached, ``new`` is the
+        owner's to close from then on). Raises the gate's failure
+        (:class:`~fiber.errors.FiberThreadError` when its thread has died)."""
         with self._lock:
-            if self.failure is not None:  # its thread died (its owner closes the socket)
+            if self.failure is not None:  # (its owner closes the socket)
                 raise self.failure
             sock.setblocking(False)
             # the kernel's queue of connections not yet accepted only buffers them for
@@ -227,8 +293,27 @@ class Gate:
             # Listener defaults to 1) would drop connections while the gate's thread
             # waits for the GIL
             sock.listen(BACKLOG)
-            self._added.append((sock, make))
+            self._added.append(_Listening(sock, make, renewed))
         self._wake()
+
+    def check(self, wait: float = _CHECK_WAIT) -> None:
+        """Raise the gate's failure, if it has one. When a listening socket's
+        descriptor was closed behind its back, the gate's thread listens again first
+        (this waits for it, at most ``wait`` seconds): called before something that
+        depends on the listener starts (a job that will connect to it)."""
+        failure = self.failure
+        if failure is not None:
+            raise failure
+        if any(_identity(entry.fd) != entry.identity
+               for entry in list(self._listening.values())):
+            done = threading.Event()
+            with self._lock:
+                self._checks.append(done)
+            self._wake()
+            done.wait(wait)
+            failure = self.failure
+            if failure is not None:
+                raise failure
 
     def close(self) -> None:
         """Stop: pending connections are closed (the listening sockets are the
@@ -248,9 +333,21 @@ class Gate:
         while not self._closed:
             try:
                 self._once()
-            except Exception:  # noqa: BLE001 - the gate must outlive anything
-                logger.exception("fiber's %s gate: an unexpected error (going on)", self.name)
+            except Exception as exc:  # noqa: BLE001 - the gate must outlive anything
+                said = f"{type(exc).__name__}: {exc}"
+                if said not in self._errors_said and len(self._errors_said) < 64:
+                    self._errors_said.add(said)  # its traceback once, then counted
+                    logger.exception("fiber's %s gate: an unexpected error (going on)",
+                                     self.name)
+                else:
+                    self.log.warning("fiber's %s gate: an unexpected error again (%s): "
+                                     "going on", self.name, said)
                 time.sleep(_PAUSE)
+                try:
+                    self._verify()  # what a closed descriptor broke is mended here
+                except Exception:  # noqa: BLE001
+                    logger.debug("fiber's %s gate: verifying failed", self.name,
+                                  exc_info=True)
         for pending in list(self._pending.values()):
             _close(pending.sock)
         self._pending.clear()
@@ -269,7 +366,17 @@ class Gate:
         if self._paused:
             rest = max(0.0, min(self._paused.values()) - now)
             timeout = rest if timeout is None else min(timeout, rest)
-        for key, _ in self._selector.select(timeout):
+        if self._listening or self._added:
+            rest = max(0.0, self._next_verify - now)
+            timeout = rest if timeout is None else min(timeout, rest)
+        try:
+            events = self._selector.select(timeout)
+        except OSError as exc:
+            if self._closed:
+                return
+            self._renew_selector(exc)
+            return
+        for key, _ in events:
             data = key.data
             if data is _WAKE:
                 self._drain_wake()
@@ -283,6 +390,131 @@ class Gate:
             if until <= now:
                 del self._paused[sock]
                 self._register_listening(sock)
+        if now >= self._next_verify or self._checks:
+            self._verify()
+
+    # -- descriptors closed behind the gate's back ---------------------------------------
+    def _verify(self) -> None:
+        """Check that the listening sockets and the wake-up pipe are still the
+        descriptors they were; mend what is not. Then answer waiting checks."""
+        self._next_verify = time.monotonic() + VERIFY_EVERY
+        if (_identity(self._wake_r), _identity(self._wake_w)) != self._wake_identity:
+            self._drop_entry(self._wake_r, _WAKE)
+            logger.warning("fiber's %s gate: its wake-up pipe was closed by something else "
+                           "in this process: made a new one", self.name)
+            self._new_wake_pipe()
+        for entry in list(self._listening.values()):
+            if entry.sock.fileno() < 0:
+                self._forget(entry.sock)  # closed by its owner
+            elif _identity(entry.fd) != entry.identity:
+                self._lost(entry, "closed by something else in this process")
+        with self._lock:
+            checks, self._checks = self._checks, []
+        for done in checks:
+            done.set()
+
+    def _new_wake_pipe(self) -> None:
+        # (a lost pipe's descriptors are left alone: their numbers may be others' now)
+        read, write = os.pipe()
+        os.set_blocking(read, False)
+        os.set_blocking(write, False)
+        self._selector.register(read, selectors.EVENT_READ, _WAKE)
+        self._wake_r, self._wake_w = read, write
+        self._wake_identity = (_identity(read), _identity(write))
+
+    def _drop_entry(self, fd: int, data: object) -> None:
+        """Take the selector's entry for descriptor number ``fd`` out if it is the one
+        of ``data`` (a socket object, or the wake marker), closing nothing."""
+        key = self._selector.get_map().get(fd)
+        if key is None or (key.data is not data and key.fileobj is not data):
+            return
+        try:
+            self._selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _stale(self, fd: int) -> None:
+        """A new socket got the number ``fd``, which the selector still has: the
+        descriptor of that entry was closed behind the gate's back. Drop the entry."""
+        key = self._selector.get_map().get(fd)
+        if key is None:
+            return
+        data = key.data
+        if data is _LISTENING:
+            entry = self._listening.get(key.fileobj)  # type: ignore[call-overload]
+            if entry is not None:
+                self._lost(entry, "closed by something else in this process (its number "
+                                  "was given to a new connection)")
+                return
+        elif data is _WAKE:
+            self._drop_entry(fd, _WAKE)
+            logger.warning("fiber's %s gate: its wake-up pipe was closed by something else "
+                           "in this process: made a new one", self.name)
+            self._new_wake_pipe()
+            return
+        elif isinstance(data, _Pending):
+            self._pending.pop(data.sock, None)
+            data.admission.dropped("its descriptor was closed by something else")
+            _detach(data.sock)
+        try:
+            self._selector.unregister(fd)
+        except (KeyError, ValueError, OSError):
+            pass
+
+    def _lost(self, entry: _Listening, why: str) -> None:
+        """The listening socket of ``entry`` lost its descriptor: listen again on its
+        address with a new socket, or fail (the owner's ``on_death``)."""
+        old = entry.sock
+        self._listening.pop(old, None)
+        self._paused.pop(old, None)
+        self._drop_entry(entry.fd, old)
+        _detach(old)  # its number may be someone else's now: never closed by us
+        where = _describe(entry.address)
+        try:
+            new = _listen_again(entry)
+        except OSError as exc:
+            error = ListenerLostError(
+                f"fiber's {self.name} listener lost its listening socket on {where} "
+                f"(descriptor {entry.fd}, {why}) and cannot listen there again: {exc}. "
+                "Something in this program closed a descriptor it did not own (a "
+                "connection or socket rebuilt from a bare descriptor number?)")
+            logger.error("%s", error)
+            self._died(error)
+            return
+        self.renewals += 1
+        logger.warning("fiber's %s listener's socket on %s (descriptor %d) was %s: it "
+                       "listens there again (descriptor %d). Something in this program "
+                       "closed a descriptor it did not own", self.name, where, entry.fd,
+                       why, new.fileno())
+        renewed = _Listening(new, entry.make, entry.renewed)
+        self._listening[new] = renewed
+        self._register_listening(new)
+        if entry.renewed is not None:
+            try:
+                entry.renewed(old, new)
+            except Exception:  # noqa: BLE001 - the gate goes on
+                logger.exception("fiber's %s listener: taking its new socket failed",
+                                 self.name)
+
+    def _renew_selector(self, cause: OSError) -> None:
+        """select() failed: the selector's own descriptor was closed behind the gate's
+        back. Make a new one and register everything again."""
+        old = self._selector
+        _abandoned.append(old)  # (closing it would close a number that is not ours)
+        self._selector = selectors.DefaultSelector()
+        logger.warning("fiber's %s gate: its selector failed (%s), closed by something "
+                       "else in this process: made a new one", self.name, cause)
+        self._new_wake_pipe()  # (the old one may be fine: it is simply left)
+        for sock in list(self._listening):
+            if sock not in self._paused:
+                self._register_listening(sock)
+        for sock, pending in list(self._pending.items()):
+            try:
+                self._selector.register(sock, selectors.EVENT_READ, pending)
+            except (KeyError, ValueError, OSError):
+                self._pending.pop(sock, None)
+                _detach(sock)
+        self._verify()
 
     def _drain_wake(self) -> None:
         try:
@@ -292,28 +524,38 @@ class Gate:
             pass
         with self._lock:
             added, self._added = self._added, []
-        for sock, make in added:
-            self._listening[sock] = make
-            self._register_listening(sock)
+        for entry in added:
+            self._listening[entry.sock] = entry
+            self._register_listening(entry.sock)
 
     def _register_listening(self, sock: socket.socket) -> None:
         try:
             self._selector.register(sock, selectors.EVENT_READ, _LISTENING)
-        except (KeyError, ValueError, OSError):
+        except KeyError:
+            self._stale(sock.fileno())  # an entry whose descriptor was closed: dropped
+            try:
+                self._selector.register(sock, selectors.EVENT_READ, _LISTENING)
+            except (KeyError, ValueError, OSError):
+                self._listening.pop(sock, None)
+        except (ValueError, OSError):
             self._listening.pop(sock, None)  # closed by its owner
 
     def _accept(self, listening: socket.socket) -> None:
-        make = self._listening.get(listening)
-        if make is None:
+        entry = self._listening.get(listening)
+        if entry is None:
             return
+        make = entry.make
         for _ in range(_ACCEPTS_PER_WAKE):
             try:
                 sock, _ = listening.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                if exc.errno == errno.EBADF or listening.fileno() < 0:
+                if listening.fileno() < 0:
                     self._forget(listening)  # its owner closed it
+                    return
+                if exc.errno in (errno.EBADF, errno.ENOTSOCK, errno.EINVAL):
+                    self._lost(entry, f"closed by something else in this process ({exc})")
                     return
                 self.log.warning("fiber's %s listener could not accept a connection (%s): "
                                  "going on", self.name, exc)
@@ -322,15 +564,20 @@ class Gate:
                 else:
                     self._pause(listening)
                 return
-            self._admit_new(sock, make)
+            try:
+                self._admit_new(sock, make)
+            except Exception as exc:  # noqa: BLE001 - one connection, not the gate
+                self.log.warning("fiber's %s listener could not take a new connection "
+                                 "(%s: %s): closed it", self.name, type(exc).__name__, exc)
+                self._pending.pop(sock, None)
+                _close(sock)
 
     def _forget(self, listening: socket.socket) -> None:
-        self._listening.pop(listening, None)
+        entry = self._listening.pop(listening, None)
         self._paused.pop(listening, None)
-        try:
-            self._selector.unregister(listening)
-        except (KeyError, ValueError, OSError):
-            pass
+        if entry is not None:
+            # by its number: a closed socket object has none any more
+            self._drop_entry(entry.fd, listening)
 
     def _pause(self, listening: socket.socket) -> None:
         try:
@@ -356,6 +603,17 @@ class Gate:
         pending = _Pending(sock, admission, time.monotonic() + self.deadline)
         try:
             self._selector.register(sock, selectors.EVENT_READ, pending)
+        except KeyError:
+            # the selector has an entry for this number: its descriptor was closed
+            # behind the gate's back (the kernel reuses the lowest free number)
+            self._stale(sock.fileno())
+            try:
+                self._selector.register(sock, selectors.EVENT_READ, pending)
+            except (KeyError, ValueError, OSError) as exc:
+                self.log.warning("fiber's %s listener could not watch a new connection "
+                                 "(%s): closed it", self.name, exc)
+                _close(sock)
+                return
         except (ValueError, OSError):
             _close(sock)
             return
@@ -398,6 +656,12 @@ class Gate:
             return
         except OSError as exc:
             admission.dropped(exc)
+            if exc.errno in (errno.EBADF, errno.ENOTSOCK):
+                # closed behind the gate's back: the number may be someone else's
+                self._pending.pop(sock, None)
+                self._drop_entry(sock.fileno(), pending)
+                _detach(sock)
+                return
             self._discard(sock)
             return
         if not data:
@@ -434,6 +698,38 @@ def _close(sock: socket.socket) -> None:
         sock.close()
     except OSError:
         pass
+
+
+def _detach(sock: socket.socket) -> None:
+    """Forget ``sock``'s descriptor without closing it (it was closed behind our back,
+    and its number may belong to another object now)."""
+    try:
+        sock.detach()
+    except OSError:
+        pass
+
+
+def _listen_again(entry: _Listening) -> socket.socket:
+    """A new listening socket on the address of ``entry`` (non-blocking)."""
+    new = socket.socket(entry.family, socket.SOCK_STREAM)
+    try:
+        address = entry.address
+        if entry.family in (socket.AF_INET, socket.AF_INET6):
+            new.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        elif isinstance(address, str) and address:
+            # a Unix socket's file outlives its socket: take its place if it is one
+            try:
+                if stat.S_ISSOCK(os.lstat(address).st_mode):
+                    os.unlink(address)
+            except OSError:
+                pass
+        new.bind(address)
+        new.listen(BACKLOG)
+        new.setblocking(False)
+    except BaseException:
+        new.close()
+        raise
+    return new
 
 
 def admit_blocking(sock: socket.socket, admission: Admission, deadline: float = DEADLINE) -> None:

@@ -233,6 +233,16 @@ class Hub:
         thread died), or None."""
         return self._stream.failure if self._stream is not None else None
 
+    def check_admitting(self) -> None:
+        """Raise why this hub's stream listener stopped admitting connections, if it
+        did (starting it if it has not started; a listening socket whose descriptor was
+        closed behind its back is replaced first:
+        :meth:`~fiber.wire.stream.server.StreamListener.check`)."""
+        self.stream_address  # noqa: B018 - starts the listener
+        stream = self._stream
+        if stream is not None:
+            stream.check()
+
     @property
     def stream_started(self) -> bool:
         """Whether the stream listener runs (:attr:`stream_address` starts it)."""

@@ -17,6 +17,7 @@ import io
 import linecache
 import pickle
 import re
+import socket
 import sys
 import traceback
 import types
@@ -26,7 +27,7 @@ from typing import Any
 import cloudpickle
 
 from fiber.errors import RemoteError, SerializationError
-from fiber.wire import shm
+from fiber.wire import handles, shm
 from fiber.wire.protocol import BODY_LENGTH as _LEN
 from fiber.wire.protocol import BODY_OUT_OF_BAND as _OOB
 from fiber.wire.protocol import BODY_SHARED as _SHM
@@ -52,9 +53,13 @@ def _code_reduce(code: types.CodeType) -> Any:
 
 
 class _CodePickler(cloudpickle.Pickler):
-    """cloudpickle's pickler, keeping the file names of the code it sends by value."""
+    """cloudpickle's pickler, keeping the file names of the code it sends by value, and
+    sending sockets as handles (:mod:`fiber.wire.handles`: duplicated into a receiver
+    of the same kernel, refused elsewhere; the standard pickle refuses a socket, so a
+    message holding one comes here)."""
 
-    dispatch_table = collections.ChainMap({types.CodeType: _code_reduce},
+    dispatch_table = collections.ChainMap({types.CodeType: _code_reduce,
+                                           socket.socket: handles.reduce_socket},
                                           cloudpickle.Pickler.dispatch_table)
 
 

@@ -157,7 +157,15 @@ class Listener:
         """Authenticate connections with ``authkey`` on a gate from now on."""
         key = bytes(authkey)
         self._gate = Gate("manager", self._take, on_death=self._gate_died)
-        self._gate.listen(self._sock, lambda sock: MpAdmission(key, peer_name(sock), what))
+        self._gate.listen(self._sock, lambda sock: MpAdmission(key, peer_name(sock), what),
+                          self._renewed)
+
+    def _renewed(self, old: socket.socket, new: socket.socket) -> None:
+        """The gate listens on a new socket at the same address (the old one's
+        descriptor was closed behind its back): :meth:`close` closes it."""
+        self._sock = new
+        if self.closed:
+            new.close()
 
     def _gate_died(self, error: BaseException) -> None:
         """Nothing can be admitted any more: stop (proxies connecting are refused at

@@ -123,7 +123,7 @@ class StreamListener:
                          on_death=self._gate_died)
         for listening in (self._sock, self._local):
             if listening is not None:
-                self.gate.listen(listening, self._admission)
+                self.gate.listen(listening, self._admission, self._renewed)
         # (started last: if it dies at once, what it closes is all made)
         self._thread = threads.start("fiber-stream", self._run, fails=self._selector_died)
         logger.debug("stream listener on %s", self.address)
@@ -138,6 +138,24 @@ class StreamListener:
         with self._lock:
             self._writers.add(conn)
         self._wake()
+
+    def _renewed(self, old: socket.socket, new: socket.socket) -> None:
+        """The gate listens on a new socket (the old one's descriptor was closed
+        behind its back): this listener closes the new one when it closes."""
+        if old is self._sock:
+            self._sock = new
+        elif old is self._local:
+            self._local = new
+        if self._closed:
+            new.close()
+
+    def check(self) -> None:
+        """Raise why this listener stopped admitting, if it did (after its gate had a
+        chance to listen again on a socket whose descriptor was closed behind its
+        back): called before a job that will connect here is started."""
+        self.gate.check()
+        if self.failure is not None:
+            raise self.failure
 
     def _gate_died(self, error: BaseException) -> None:
         """No connection can be admitted any more: close the listening sockets, so
@@ -241,10 +259,45 @@ class StreamListener:
             writers, self._writers = self._writers, set()
         for conn in joining:
             self._conns.add(conn)
-            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            self._join(conn)
         for conn in writers:
             if not conn.closed and conn in self._conns:
                 self._watch(conn, write=not conn.flush())
+
+    def _join(self, conn: _Connection) -> None:
+        """Put a newly authenticated connection in the selector. An entry of the
+        selector with its number is a connection whose descriptor was closed behind
+        this listener's back (the kernel gives the lowest free number to the next
+        socket): that connection is dropped, its number left alone."""
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+            return
+        except KeyError:
+            key = self._selector.get_map().get(conn.sock.fileno())
+            stale = key.data if key is not None else None
+            logger.warning("fiber's stream listener: a connection's descriptor (%d) was "
+                           "closed by something else in this process: dropped it",
+                           conn.sock.fileno())
+            try:
+                self._selector.unregister(conn.sock.fileno())
+            except (KeyError, ValueError, OSError):
+                pass
+            if isinstance(stale, _Connection) and stale is not conn:
+                with self._lock:
+                    self._parked.pop(stale, None)
+                self._conns.discard(stale)
+                try:
+                    stale.sock.detach()  # (never closed: the number is conn's now)
+                except OSError:
+                    pass
+                stale.close()
+                self._peer_lost(stale.peer)
+        except (ValueError, OSError):
+            pass
+        try:
+            self._selector.register(conn.sock, selectors.EVENT_READ, conn)
+        except (KeyError, ValueError, OSError):
+            self._drop(conn)
 
     def _watch(self, conn: _Connection, write: bool) -> None:
         events = selectors.EVENT_READ | (selectors.EVENT_WRITE if write else 0)
