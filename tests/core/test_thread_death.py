@@ -190,11 +190,23 @@ if __name__ == "__main__":
         report(lambda: status.query(prog))
 """, "fiber-status"),
     # (a job not connected yet is lost with the monitor's error: its start raises)
+    # (the job waits until the program has seen the monitor die: a job that ended by
+    # its own connection before the death was delivered would make the call return,
+    # rightly, as the cold CI run of 1e32018 at load ~10 saw)
     "fiber-monitor": ("""
+import os, tempfile
+from fiber import threads
+def wait_for(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
 if __name__ == "__main__":
+    go = os.path.join(tempfile.mkdtemp(), "go")
     def run():
-        p = fiber.Process(target=abs, args=(1,))
+        p = fiber.Process(target=wait_for, args=(go,))
         p.start()
+        while not any(name.startswith("fiber-monitor") for name, _ in threads.deaths()):
+            time.sleep(0.01)
+        open(go, "w").close()
         p.join()
     report(run)
 """, "fiber-monitor"),
