@@ -385,8 +385,12 @@ class Pool:
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
             chunksize: int | None = None) -> list[_T]:
-        """``[func(x) for x in iterable]`` over the workers; waits for the list."""
-        return self._map_async(func, iterable, chunksize, None, None, "map").get()
+        """``[func(x) for x in iterable]`` over the workers; waits for the list (on a
+        durable pool, until its results are journaled too)."""
+        values = self._map_async(func, iterable, chunksize, None, None, "map").get()
+        if self._durable is not None:
+            self._durable.journal.flush()
+        return values
 
     def map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                   chunksize: int | None = None,
@@ -414,8 +418,12 @@ class Pool:
 
     def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                 chunksize: int | None = None) -> list[_T]:
-        """``[func(*args) for args in iterable]`` over the workers."""
-        return self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
+        """``[func(*args) for args in iterable]`` over the workers (on a durable pool,
+        returning once its results are journaled too)."""
+        values = self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
+        if self._durable is not None:
+            self._durable.journal.flush()
+        return values
 
     def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                       chunksize: int | None = None,
