@@ -46,6 +46,7 @@ MODES: dict[str, dict] = {
         "sim_sizes": [50], "sim_procs": 2, "sim_task_ms": 1.0, "sim_conns": 2,
         "sim_tasks_per_worker": 20, "sim_tasks_min": 2000, "sim_idle_seconds": 1.0,
         "sim_connect_timeout": 60, "sim_reps": 1,
+        "durable_tasks": 200, "durable_rounds": 1, "durable_replay_items": 2000, "durable_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -82,6 +83,10 @@ MODES: dict[str, dict] = {
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
         "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
         "sim_timeout": 3600,
+        # durable pools (bench/durable.py; --kinds durable only): 2,000 tasks of 1 ms per
+        # map, plain and durable alternated 5 times; a re-run of 100,000 journaled results
+        "durable_tasks": 2000, "durable_rounds": 5, "durable_replay_items": 100_000,
+        "durable_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -106,6 +111,8 @@ MODES: dict[str, dict] = {
         "sim_conns": 2, "sim_tasks_per_worker": 20, "sim_tasks_min": 50_000,
         "sim_idle_seconds": 12.0, "sim_connect_timeout": 300, "sim_reps": 1,
         "sim_timeout": 3600,
+        "durable_tasks": 5000, "durable_rounds": 9, "durable_replay_items": 100_000,
+        "durable_reps": 3,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -120,9 +127,11 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # trace, about 200 s); bench/adapt.py
 # "sim": fiber (local) only, and only when asked for (--kinds sim: minutes of a
 # master carrying up to 10,000 simulated workers); bench/sim.py
+# "durable": fiber (local) only, and only when asked for (--kinds durable): a durable
+# pool's throughput against a plain one's, and a re-run's replay; bench/durable.py
 KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt",
-         "sim")
-OPT_IN = ("faults", "adapt", "sim")  # kinds run only when named
+         "sim", "durable")
+OPT_IN = ("faults", "adapt", "sim", "durable")  # kinds run only when named
 
 
 def _env(contender: str | None = None) -> dict[str, str]:
@@ -183,7 +192,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
                                   "shared": [], "faults": [], "floor": [], "chunks": [],
-                                  "adapt": [], "sim": []}
+                                  "adapt": [], "sim": [], "durable": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -210,8 +219,9 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
                 jobs["floor"].append(c.name)
             if c.name == "fiber":  # not a baseline: the simulator speaks this wire protocol
                 jobs["sim"].append(c.name)
+                jobs["durable"].append(c.name)
     jobs["ipc"].append("memcpy")
-    if kinds is None:  # faults, adapt and sim only when asked for
+    if kinds is None:  # faults, adapt, sim and durable only when asked for
         jobs = {k: v for k, v in jobs.items() if k not in OPT_IN}
     else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
@@ -263,6 +273,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "adapt" and rep >= cfg["adapt_reps"]:
                     continue
                 if kind == "sim" and rep >= cfg["sim_reps"]:
+                    continue
+                if kind == "durable" and rep >= cfg["durable_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

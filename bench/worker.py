@@ -226,9 +226,16 @@ def run_sim(name: str, cfg: dict, result: dict) -> None:
     _record(result, "sim", lambda: sim.measure(cfg))
 
 
+def run_durable(name: str, cfg: dict, result: dict) -> None:
+    """A durable pool's throughput against a plain one's, and a replay (bench/durable.py)."""
+    from bench import durable
+
+    _record(result, "durable", lambda: durable.measure(cfg))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
          "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks,
-         "adapt": run_adapt, "sim": run_sim}
+         "adapt": run_adapt, "sim": run_sim, "durable": run_durable}
 
 
 def main(argv: list[str]) -> int:

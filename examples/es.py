@@ -146,11 +146,14 @@ def wait_for_workers(pool: mp.Pool, workers: int, timeout: float = 600) -> None:
 def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
           lr: float = 0.05, max_steps: int = 500, hidden: int = 0, seed: int = 0,
           weight_decay: float = 0.005, log: bool = True,
-          adapt: float | None = None) -> list[dict]:
+          adapt: float | None = None, journal: str | None = None) -> list[dict]:
     """Run OpenAI-ES; returns one record per iteration (mean/max population reward,
     wall time since the workers were up, the time they took to start, and the workers
-    the pool has started so far). ``adapt``: the idle timeout of an adaptive pool of
-    0 to ``workers`` workers (None: a fixed pool)."""
+    the pool has started so far; the last record also has the final parameters,
+    ``theta``). ``adapt``: the idle timeout of an adaptive pool of 0 to ``workers``
+    workers (None: a fixed pool). ``journal``: a durable pool's journal
+    (docs/durable.md): a run that crashed, run again with the same journal and seed,
+    replays the iterations the journal holds and goes on from there."""
     if population < 2 or population % 2:
         raise ValueError(f"population must be an even number >= 2 (antithetic pairs), got {population}")
     if workers < 1:
@@ -163,7 +166,7 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
     pairs = population // 2
     history = []
     started = time.perf_counter()
-    with mp.Pool(workers, initializer=warm) as pool:
+    with mp.Pool(workers, initializer=warm, journal=journal) as pool:
         wait_for_workers(pool, workers)
         t0 = time.perf_counter()
         startup = t0 - started
@@ -186,7 +189,10 @@ def train(workers: int, iterations: int, population: int, sigma: float = 0.1,
             theta = theta + opt.step(grad - weight_decay * theta)
             rec = {"iteration": it, "seconds": time.perf_counter() - t0,
                    "mean_reward": float(returns.mean()), "max_reward": float(returns.max()),
-                   "startup_seconds": startup, "workers_started": pool.stats().started}
+                   "startup_seconds": startup, "workers_started": pool.stats().started,
+                   "tasks_done": pool.stats().done}
+            if it == iterations - 1:
+                rec["theta"] = theta.tolist()
             history.append(rec)
             if log:
                 print(f"iter {it:3d}  {rec['seconds']:7.2f} s  mean reward {rec['mean_reward']:6.1f}"
@@ -283,6 +289,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="an adaptive pool (0 to --workers workers) that gives back "
                         "workers idle this long")
     p.add_argument("--json", type=Path, help="write the per-iteration history here")
+    p.add_argument("--journal", help="journal the population's results in this file: "
+                   "a crashed run, run again with the same journal, resumes (docs/durable.md)")
     p.add_argument("--plot", action="store_true",
                    help="train with 1, 2 and 5 workers (--plot-workers) and plot reward "
                    "against wall time and the time to reach --threshold")
@@ -302,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"OpenAI-ES with fiber.Pool ({backend} backend)", **kw)
             result: object = {str(w): h for w, h in histories.items()}
         else:
-            result = train(args.workers, adapt=args.adapt, **kw)
+            result = train(args.workers, adapt=args.adapt, journal=args.journal, **kw)
     except ValueError as exc:
         p.error(str(exc))
     if args.json:

@@ -351,6 +351,15 @@ if __name__ == "__main__":
     b.close()
     report(a.recv)
 """, "EOFError"),
+    # (the journal's writer: the next durable call raises, naming it)
+    "fiber-journal": ("""
+if __name__ == "__main__":
+    import os, tempfile
+    with tempfile.TemporaryDirectory() as where:
+        with fiber.Pool(1, journal=os.path.join(where, "j.db")) as pool:
+            time.sleep(0.5)
+            report(lambda: pool.map(abs, range(3)))
+""", "JournalError"),
     "fiber-progress": ("""
 if __name__ == "__main__":
     fiber.init(progress=True)
@@ -444,7 +453,7 @@ def test_the_call_depending_on_a_dead_thread_raises(run_script, kind):
     _, name, seconds, *message = raised[0].split(" ")
     assert expected in raised[0], out
     assert float(seconds) < 10, out
-    if name == "FiberThreadError":
+    if name in ("FiberThreadError", "JournalError"):
         assert kind in " ".join(message), out
 
 

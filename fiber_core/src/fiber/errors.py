@@ -15,7 +15,8 @@ __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
-    "ForkedProcessError", "HandleError", "JobCreationError", "ListenerLostError", "PluginContractError",
+    "ForkedProcessError", "HandleError", "JobCreationError", "JournalError",
+    "ListenerLostError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -55,6 +56,13 @@ class ResultUnpicklingError(pickle.UnpicklingError):
     arguments or its place in the map) and ``__cause__`` is what unpickling raised. The
     task ran, and is not run again; its worker goes on. multiprocessing has no such
     error: its result handler thread dies there, and the pool hangs."""
+
+
+class JournalError(RuntimeError):
+    """A durable pool's journal (``fiber.Pool(journal=path)``) cannot be used: its
+    path cannot be written, another program holds it, its file is damaged or of
+    another format, or a write failed (a full disk). The message names the file and
+    says what to do; no result is ever taken from a journal that raised it."""
 
 
 class FiberThreadError(RuntimeError):

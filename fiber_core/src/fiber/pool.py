@@ -56,6 +56,9 @@ from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
 
 if TYPE_CHECKING:  # loaded by the first adapt() (pool.py's import stays as light as it was)
+    import os
+
+    from fiber.runtime.journal.durable import Durable
     from fiber.runtime.pool.adapt import Adapter, AdaptStats
 
 __all__ = ["Pool", "PoolStats", "WorkerStats", "AdaptStats", "RunningTask", "TaskError", "AsyncResult", "ApplyResult", "MapResult",
@@ -111,6 +114,9 @@ class Pool:
     worker's. ``context``: a fiber
     context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
     its backend; other contexts (None, multiprocessing's) mean the default one.
+    ``journal``: the path of a file (SQLite) where every result of the pool's maps and
+    calls is journaled as it arrives; a program re-run with the same journal gets
+    the results already there without running them again (docs/durable.md).
     """
 
     _wrap_exception = True
@@ -123,7 +129,8 @@ class Pool:
                  max_task_attempts: int | None = None,
                  error_handling: bool | None = None,
                  resources: Resources | Mapping[str, Any] | None = None,
-                 workers_per_job: int = 1) -> None:
+                 workers_per_job: int = 1,
+                 journal: str | os.PathLike[str] | None = None) -> None:
         if error_handling is not None:
             util.warn_deprecated(
                 "Pool(error_handling)",
@@ -146,6 +153,11 @@ class Pool:
         checks.workers_per_job(workers_per_job)
         # each worker's request; a job of several workers asks for it times their number
         requested = placement.job_request(target, resources, workers_per_job)
+        # a durable pool's journal, opened (and locked) before any worker starts
+        self._durable: Durable | None = None
+        if journal is not None:
+            from fiber.runtime.journal.durable import Durable
+            self._durable = Durable(self, journal)
         self._progress = progress.enabled()  # the progress setting (checked here)
         self._lock = threading.RLock()
         changed = threading.Condition(self._lock)
@@ -334,10 +346,19 @@ class Pool:
         if callback is not None or error_callback is not None:  # (no call more without)
             checks.callbacks(callback, error_callback)
         result: ApplyResult[_T] = ApplyResult(callback, error_callback)
-        with self._lock:
-            task = self._scheduler.submit_call(func, args, kwds, result)
-        result._task, result._direct = task, wait_directly
+        if self._durable is not None:
+            return self._durable.apply(func, args, kwds, result)
+        self._submit_call(func, args, kwds, result, result)
         return result
+
+    def _submit_call(self, func: Callable[..., Any], args: Iterable[Any],
+                     kwds: Mapping[str, Any] | None, result: ApplyResult[Any],
+                     sink: Any) -> None:
+        """Submit ``func(*args, **kwds)``, its outcome going to ``sink`` (the result,
+        or what journals it on the way), read directly by ``result.get()``."""
+        with self._lock:
+            task = self._scheduler.submit_call(func, args, kwds, sink)
+        result._task, result._direct = task, wait_directly
 
     def _size_hint(self) -> int:
         """The workers a map is chunked for (:func:`chunking.map_workers`)."""
@@ -364,8 +385,12 @@ class Pool:
 
     def map(self, func: Callable[[_S], _T], iterable: Iterable[_S],
             chunksize: int | None = None) -> list[_T]:
-        """``[func(x) for x in iterable]`` over the workers; waits for the list."""
-        return self._map_async(func, iterable, chunksize, None, None, "map").get()
+        """``[func(x) for x in iterable]`` over the workers; waits for the list (on a
+        durable pool, until its results are journaled too)."""
+        values = self._map_async(func, iterable, chunksize, None, None, "map").get()
+        if self._durable is not None:
+            self._durable.journal.flush()
+        return values
 
     def map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
                   chunksize: int | None = None,
@@ -388,12 +413,17 @@ class Pool:
         # ranges), anything else read into a list first, as multiprocessing does
         items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.MAP, result, call)
+        chunks = self._chunks if self._durable is None else self._durable.chunks
+        return chunks(func, items, chunksize, TaskKind.MAP, result, call)
 
     def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                 chunksize: int | None = None) -> list[_T]:
-        """``[func(*args) for args in iterable]`` over the workers."""
-        return self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
+        """``[func(*args) for args in iterable]`` over the workers (on a durable pool,
+        returning once its results are journaled too)."""
+        values = self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
+        if self._durable is not None:
+            self._durable.journal.flush()
+        return values
 
     def starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                       chunksize: int | None = None,
@@ -414,11 +444,15 @@ class Pool:
             arguments.chunksize(chunksize)
         items = [tuple(x) for x in iterable]
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        return self._chunks(func, items, chunksize, TaskKind.STARMAP, result, call)
+        chunks = self._chunks if self._durable is None else self._durable.chunks
+        return chunks(func, items, chunksize, TaskKind.STARMAP, result, call)
 
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
         chunksize = arguments.chunksize(chunksize)
+        if self._durable is not None:
+            return self._durable.imap(func, iterable, chunksize,
+                                      type(result) is IMapIterator, call)
         limit = chunking.window(self._size_hint(), chunksize) * chunksize
         if type(iterable) in _SEQUENCES and len(iterable) <= limit:  # type: ignore[arg-type]
             # a short list, tuple or range (reading it cannot fail, block or change
@@ -462,6 +496,13 @@ class Pool:
     def terminate(self) -> None:
         """Stop the workers now; results still pending fail."""
         self._worker_set.terminate()
+        self._release_journal()
+
+    def _release_journal(self) -> None:
+        """A durable pool that has ended commits and lets go of its journal (raising
+        the error of a write that failed)."""
+        if self._durable is not None:
+            self._durable.release()
 
     def join(self) -> None:
         """Wait for the workers to exit (after close() or terminate()), and for the
@@ -474,6 +515,7 @@ class Pool:
             adapter.thread.join()
         for feed in feeders:
             feed.thread.join()
+        self._release_journal()
 
     def __enter__(self: _P) -> _P:
         self._scheduler.check_running()

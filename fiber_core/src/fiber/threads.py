@@ -54,6 +54,7 @@ KINDS: dict[str, str] = {
     "fiber-pool-adapt": "sizes an adaptive pool (Pool.adapt): starts and gives back workers",
     "fiber-pool-feeder": "reads an imap's input and submits it",
     "fiber-progress": "draws a map's progress bar",
+    "fiber-journal": "commits a durable pool's results to its journal",
     "fiber-end": "asks a backend to end jobs",
     "fiber-end-at-exit": "asks a backend a last time to end jobs, at exit",
     "fiber-reaper": "asks again to end the jobs whose end failed",
