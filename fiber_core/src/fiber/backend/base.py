@@ -36,7 +36,7 @@ from fiber.errors import (
     TransientBackendError,
 )
 
-__all__ = ["CAPABILITIES", "Backend", "BackendError", "ClusterUnreachableError",
+__all__ = ["CAPABILITIES", "REQUIRED", "Backend", "BackendError", "ClusterUnreachableError",
            "JobCreationError", "TransientBackendError"]
 
 #: The optional parts of the contract, by the name a backend declares in
@@ -253,6 +253,12 @@ class Backend(abc.ABC):
         """Release connections and threads. The backend is not used afterwards."""
         return None
 
+
+#: The required parts of the contract: :class:`Backend`'s abstract methods and the
+#: attribute every backend sets (the registry refuses a backend class without them,
+#: naming what is missing); everything else of :class:`Backend` is optional, with a
+#: working default.
+REQUIRED: tuple[str, ...] = (*sorted(Backend.__abstractmethods__), "secrets_delivery")
 
 
 def _each(backend: Backend, items: Sequence[Any], call: Any) -> list[Any]:
