@@ -4,7 +4,8 @@ and a ``.dist-info`` with its ``fiber`` entry point: found by importlib.metadata
 pluggy as any installed distribution; nothing of fiber or importlib is faked): the
 working plugin ``fiber-good`` (backend ``good``) and ``fiber-bad`` (entry point
 ``bad``), broken in one way. Then, for real, in subprocesses: ``fiber backends``
-lists ``bad`` as broken with its fault and exits 0 (1 with ``--strict``); a program
+lists ``bad`` as broken with its fault and exits 0 (1 with ``--strict``), ``fiber
+config`` works; a program
 runs a Pool on ``local`` and a Process on ``good``, with at most one warning about
 ``bad``; and selecting ``bad`` (a context, ``fiber.init``, ``FIBER_BACKEND``,
 ``pytest --fiber-backend``) gives one error naming the fault."""
@@ -178,6 +179,8 @@ def test_fiber_backends_lists_the_broken_plugin_and_exits_0(site):
         assert done.stderr == ""
     strict = _run(["-m", "fiber", "backends", "--strict"], env, cwd)
     assert strict.returncode == 1 and strict.stdout == done.stdout, strict
+    settings = _run(["-m", "fiber", "config"], env, cwd)  # the other diagnostic tool
+    assert settings.returncode == 0 and "backend " in settings.stdout, settings.stderr
 
 
 PROGRAM = """
@@ -252,3 +255,56 @@ def test_pytest_fiber_backend_of_it_is_a_usage_error(site):
     assert "INTERNALERROR" not in out, out[-3000:]
     assert "--fiber-backend bad: the fiber backend 'bad'" in out, out
     assert _says_fault(out, fault), out
+
+
+def test_a_name_two_plugins_claim_is_set_aside_alone(tmp_path):
+    """Two plugins declaring the same backend name: that name is set aside, naming
+    both (it used to fail every program); their other backends work."""
+    root = tmp_path / "site"
+    root.mkdir()
+    for package, names in (("fiber-one", ("twin", "solo")), ("fiber-two", ("twin",))):
+        module = package.replace("-", "_")
+        backends = ", ".join(f"{n!r}: 'fiber_good_backend:GoodBackend'" for n in names)
+        _dist(root, package, "1.0", {module: f"""
+            from fiber.backend import Plugin
+
+            plugin = Plugin(package={package!r}, contract=1, backends={{{backends}}})
+            """}, f"{module} = {module}:plugin")
+    (root / "fiber_good_backend.py").write_text(textwrap.dedent(
+        GOOD_BACKEND.format(name="GoodBackend", backend="")))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("FIBER_BACKEND", None)
+    listing = _run(["-m", "fiber", "backends"], env, tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    assert "solo   fiber-one 1.0" in listing.stdout.splitlines(), listing.stdout
+    (twin,) = [line for line in listing.stdout.splitlines() if line.startswith("twin")]
+    assert twin == ("twin   fiber-one 1.0  BROKEN: the fiber backend name 'twin' is "
+                    "provided by fiber-one 1.0 (fiber_good_backend:GoodBackend) and by "
+                    "fiber-two 1.0 (fiber_good_backend:GoodBackend): uninstall all but "
+                    "one of them"), twin
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import fiber
+        from fiber.errors import PluginContractError
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            p = fiber.get_context("solo").Process(target=square, args=(2,))
+            p.start()
+            p.join(60)
+            print("solo", p.exitcode)
+            try:
+                fiber.init(backend="twin")
+            except PluginContractError as exc:
+                print("twin", exc)
+        """))
+    done = _run(["main.py"], env, tmp_path)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0] == "solo 0", done.stdout + done.stderr
+    assert lines[1].startswith("twin fiber.init(): the fiber backend 'twin' cannot be "
+                               "used: "), lines
+    assert "provided by fiber-one 1.0 (fiber_good_backend:GoodBackend) and by " \
+        "fiber-two 1.0" in lines[1]

@@ -61,7 +61,8 @@ def versions() -> list[str]:
     for (package, version), names in sorted(provided.items()):
         lines.append(f"{package} {version} (backend {', '.join(names)})")
     for item in registry.broken():
-        lines.append(f"{item.package} {item.version} (broken: see `fiber backends`)")
+        if item.entry_point:  # (not a name two plugins claim)
+            lines.append(f"{item.package} {item.version} (broken: see `fiber backends`)")
     return lines
 
 

@@ -40,7 +40,9 @@ class BrokenPlugin:
     """An installed plugin fiber has set aside: its distribution ``package`` and
     ``version``, its entry point (``entry_point`` = ``target``), the ``fault`` (what
     is wrong and what to change) and the ``backends`` it provides (its declaration's
-    names when it could be read, else the entry point's name)."""
+    names when it could be read, else the entry point's name). A backend name that
+    several plugins claim is one too, without an entry point, under the first
+    plugin's name."""
 
     package: str
     version: str
@@ -50,7 +52,10 @@ class BrokenPlugin:
     backends: tuple[str, ...] = field(default=())
 
     def describe(self) -> str:
-        """One sentence: which plugin, through which entry point, and its fault."""
+        """One sentence: which plugin, through which entry point, and its fault (a
+        backend name several plugins claim, which has no entry point: the fault)."""
+        if not self.entry_point:
+            return self.fault
         return (f"the fiber plugin {self.package} {self.version} (entry point "
                 f"{self.entry_point!r} = {self.target!r}) is not used: {self.fault}")
 

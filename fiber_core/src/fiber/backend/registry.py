@@ -198,11 +198,12 @@ def backends() -> dict[str, BackendInfo]:
                     else:
                         found[name] = info
             for name, infos in twice.items():
+                infos.sort(key=lambda info: info.package)
                 _broken.append(BrokenPlugin(
-                    infos[-1].package, infos[-1].version, name, infos[-1].path,
-                    f"the backend name {name!r} is provided by "
-                    f"{' and by '.join(f'{i.package} {i.version}' for i in infos)}: "
-                    f"uninstall all but one of them", (name,)))
+                    infos[0].package, infos[0].version, "", "",
+                    f"the fiber backend name {name!r} is provided by " + " and by ".join(
+                        f"{i.package} {i.version} ({i.path})" for i in infos)
+                    + ": uninstall all but one of them", (name,)))
                 logger.log(logging.WARNING if _warn else logging.DEBUG, "%s",
                            _broken[-1].describe())
             _backends = found
