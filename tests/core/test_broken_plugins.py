@@ -308,3 +308,29 @@ def test_a_name_two_plugins_claim_is_set_aside_alone(tmp_path):
                                "used: "), lines
     assert "provided by fiber-one 1.0 (fiber_good_backend:GoodBackend) and by " \
         "fiber-two 1.0" in lines[1]
+
+
+def test_a_known_package_that_cannot_load_is_named_for_its_other_name(tmp_path):
+    """fiber-k8s provides "kubernetes" (its entry point's name) and is what `k8s`
+    means: when it cannot even be imported, selecting either name gives its fault, not
+    advice to install the package that is installed."""
+    from fiber.backend import registry
+
+    if "fiber-k8s" in {info.package for info in registry.backends().values()}:
+        pytest.skip("the real fiber-k8s is installed here")
+    root = tmp_path / "site"
+    root.mkdir()
+    _dist(root, "fiber-k8s", "0.1.0", {"fiber_k8s_stale": "import kubernetes_gone\n"},
+          "kubernetes = fiber_k8s_stale:plugin")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("FIBER_BACKEND", None)
+    for name in ("kubernetes", "k8s"):
+        done = _run(["-c", f"import fiber; fiber.init(backend={name!r})"], env, tmp_path)
+        last = done.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"fiber.errors.PluginContractError: fiber.init(): the fiber "
+                               f"backend {name!r} cannot be used: the fiber plugin "
+                               "fiber-k8s 0.1.0 (entry point 'kubernetes' = "
+                               "'fiber_k8s_stale:plugin') is not used: its entry point "
+                               "does not resolve: importing 'fiber_k8s_stale' raised "
+                               "ModuleNotFoundError"), last

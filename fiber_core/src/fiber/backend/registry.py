@@ -155,9 +155,11 @@ def broken() -> list[BrokenPlugin]:
 
 def broken_backend(name: str) -> BrokenPlugin | None:
     """The broken plugin that provides (or, not loaded, may provide) the backend
-    ``name``."""
+    ``name``: its declaration names it, or (not read) its entry point is so named or
+    its package is the one known to provide it (``fiber-k8s`` for ``k8s``)."""
     for item in broken():
-        if name in item.backends:
+        if name in item.backends or (item.entry_point and item.package
+                                     == KNOWN_BACKEND_PACKAGES.get(name)):
             return item
     return None
 
