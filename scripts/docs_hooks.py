@@ -9,6 +9,10 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   (``tests/core/test_docs.py`` checks that);
 * ``<!-- fiber:backend NAME -->`` becomes what the backend NAME declares (the
   requests it accepts, its capabilities, its secret delivery, its settings);
+* ``<!-- fiber:contract -->`` becomes the table of what a backend implements, required
+  and optional, generated from :class:`fiber.backend.Backend` itself (its abstract
+  methods and ``fiber.backend.base.REQUIRED``, each method's docstring, each
+  attribute's ``#:`` comment and default), so that it cannot drift from the contract;
 * ``<!-- fiber:include PATH -->`` becomes the repository file PATH (a plugin's
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
@@ -111,6 +115,74 @@ def backend_markdown(name: str) -> str:
             + "` and its `fiber.backend.Plugin`); a request it does not accept is "
             "refused with `ConfigError` before any job starts. Its settings are "
             "described in [configuration](" + "../configuration.md" + ").\n\n"
+            + "\n".join(rows) + "\n")
+
+
+def _first_sentence(text: str) -> str:
+    """The first sentence of a docstring or comment, on one line."""
+    flat = " ".join(text.split())
+    match = re.search(r"(?<=[a-z)`])\. (?=[A-Z`])", flat)
+    return flat[:match.start() + 1] if match else flat
+
+
+def _attribute_comments() -> dict[str, str]:
+    """Each attribute of :class:`Backend` with the ``#:`` comment above it in base.py."""
+    import inspect
+
+    from fiber.backend.base import Backend
+
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    for line in inspect.getsource(Backend).splitlines():
+        stripped = line.strip()
+        if stripped.startswith("#:"):
+            block.append(stripped[2:].strip())
+            continue
+        match = re.match(r"(\w+)\s*:", stripped)
+        if block and match:
+            comments[match.group(1)] = " ".join(block)
+        block = []
+    return comments
+
+
+def contract_markdown() -> str:
+    """The table of the backend contract: every public method and attribute of
+    :class:`fiber.backend.Backend`, the required ones first (its abstract methods and
+    ``fiber.backend.base.REQUIRED``), each with its default and the first sentence of
+    its documentation."""
+    import inspect
+
+    from fiber.backend.base import REQUIRED, Backend
+
+    comments = _attribute_comments()
+    members: list[tuple[str, bool, str, str]] = []  # label, required, default, what
+    order: dict[str, int] = {}  # the required ones in REQUIRED's order
+    for name, value in Backend.__dict__.items():
+        if name.startswith("_"):
+            continue
+        required = name in REQUIRED
+        order[name] = REQUIRED.index(name) if required else len(REQUIRED)
+        if inspect.isfunction(value):
+            parameters = [p.name if p.default is inspect.Parameter.empty
+                          else f"{p.name}={p.default!r}"
+                          for p in inspect.signature(value).parameters.values()][1:]
+            signature = f"({', '.join(parameters)})"
+            default = "none: implement it" if required else "`Backend`'s works"
+            what = _first_sentence(inspect.getdoc(value) or "")
+            members.append((f"`{name}{signature}`", required, default, what))
+        elif name in Backend.__annotations__:
+            default = ("none: set it" if required else f"`{value!r}`")
+            members.append((f"`{name}`", required, default,
+                            _first_sentence(comments.get(name, ""))))
+    members.sort(key=lambda member: order[re.split(r"[`(]", member[0])[1]])
+    rows = ["| member | required | default | what it is |", "|---|---|---|---|"]
+    for label, required, default, what in members:
+        what = re.sub(r":(?:meth|attr|class|data|mod):`~?([^`]+)`", r"`\1`", what)
+        rows.append(f"| {label} | {'**yes**' if required else 'no'} | {_cell(default)} "
+                    f"| {_cell(what)} |")
+    return ("Generated from `fiber.backend.Backend` (`fiber_core/src/fiber/backend/"
+            "base.py`): its abstract methods and `secrets_delivery` are required "
+            "(`fiber.backend.base.REQUIRED`); everything else has a working default.\n\n"
             + "\n".join(rows) + "\n")
 
 
@@ -257,11 +329,13 @@ def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Expand the settings table and the includes of a page."""
+    """Expand the settings and contract tables and the includes of a page."""
     if page.file.src_uri.startswith("bench/"):
         markdown = drop_missing_plots(markdown, page.file.src_uri)
     if "<!-- fiber:settings -->" in markdown:
         markdown = markdown.replace("<!-- fiber:settings -->", settings_markdown())
+    if "<!-- fiber:contract -->" in markdown:
+        markdown = markdown.replace("<!-- fiber:contract -->", contract_markdown())
     markdown = re.sub(r"<!-- fiber:backend (\S+) -->",
                       lambda m: backend_markdown(m.group(1)), markdown)
     return include(markdown, page.file.src_uri)

@@ -82,3 +82,25 @@ def test_backend_page_table_is_the_declaration() -> None:
     for page in ("local", "docker", "ssh", "slurm", "kubernetes"):
         text = (ROOT / "docs" / "backends" / f"{page}.md").read_text(encoding="utf-8")
         assert f"<!-- fiber:backend {page} -->" in text
+
+
+def test_backend_authors_page_table_is_the_contract() -> None:
+    """The table of docs/writing-a-backend.md has one row for every public method and
+    attribute of ``Backend``, the required ones (its abstract methods and
+    ``secrets_delivery``) first and marked so, every other one not."""
+    import inspect
+
+    from fiber.backend.base import REQUIRED, Backend
+
+    table = _hooks().contract_markdown()
+    rows = [row for row in table.splitlines() if row.startswith("| `")]
+    names = [re.match(r"\| `(\w+)", row).group(1) for row in rows]  # type: ignore[union-attr]
+    public = [name for name, value in Backend.__dict__.items() if not name.startswith("_")
+              and (inspect.isfunction(value) or name in Backend.__annotations__)]
+    assert sorted(names) == sorted(public) and len(names) == len(set(names)), names
+    assert set(REQUIRED) == {*Backend.__abstractmethods__, "secrets_delivery"}
+    assert names[:len(REQUIRED)] == list(REQUIRED)
+    for name, row in zip(names, rows, strict=True):
+        assert ("| **yes** |" in row) == (name in REQUIRED), row
+    page = (ROOT / "docs" / "writing-a-backend.md").read_text(encoding="utf-8")
+    assert "<!-- fiber:contract -->" in page  # where the hook puts the table

@@ -1,6 +1,8 @@
 """The ``fiber`` command line (``python -m fiber`` is the same program).
 
-``fiber backends``       installed backends, with the plugin packages providing them
+``fiber backends``       installed backends, with the plugin packages providing them,
+                         and those that cannot be used, with why (``--strict``: exit 1
+                         when there is one)
 ``fiber config``         effective settings and where each comes from
 ``fiber run -- CMD ...`` run CMD itself as a job on the selected backend, stream its
                          output, exit with its exit code; Ctrl-C terminates the job
@@ -58,6 +60,9 @@ def versions() -> list[str]:
              + (f"; backend {', '.join(core)})" if core else ")")]
     for (package, version), names in sorted(provided.items()):
         lines.append(f"{package} {version} (backend {', '.join(names)})")
+    for item in registry.broken():
+        if item.entry_point:  # (not a name two plugins claim)
+            lines.append(f"{item.package} {item.version} (broken: see `fiber backends`)")
     return lines
 
 
@@ -75,11 +80,22 @@ class _Version(argparse.Action):
 
 
 def _cmd_backends(args: argparse.Namespace) -> int:
-    found = registry.backends()
-    width = max((len(n) for n in found), default=7)
-    for name in sorted(found):
-        info = found[name]
-        print(f"{name:<{width}}  {info.package} {info.version}")
+    """One line per backend: its name, package and version; a backend that cannot be
+    used (its plugin could not be loaded or declared, its class path does not resolve
+    or its class does not implement the contract: each backend's module is imported
+    to check it) ends its line with ``BROKEN:`` and the fault. Exit 0, or with
+    ``--strict`` 1 when a backend is broken."""
+    rows: list[tuple[str, str, str | None]] = []
+    for name, info in registry.backends().items():
+        rows.append((name, f"{info.package} {info.version}", registry.backend_fault(name)))
+    for item in registry.broken():
+        for name in item.backends:
+            rows.append((name, f"{item.package} {item.version}", item.describe()))
+    width = max((len(name) for name, _, _ in rows), default=7)
+    for name, package, fault in sorted(rows, key=lambda row: row[0]):
+        print(f"{name:<{width}}  {package}" + (f"  BROKEN: {fault}" if fault else ""))
+    if args.strict and any(fault for _, _, fault in rows):
+        return 1
     return 0
 
 
@@ -353,9 +369,16 @@ def parser() -> argparse.ArgumentParser:
                      help="show the versions of fiber-core and of the installed plugins")
     sub = top.add_subparsers(dest="command_name", title="commands", metavar="COMMAND",
                              help="what to do (fiber COMMAND --help says more)")
-    sub.add_parser("backends", help="list the installed backends and their packages",
-                   description="List the installed backends, each with the package "
-                   "that provides it.").set_defaults(func=_cmd_backends)
+    listing = sub.add_parser(
+        "backends", help="list the installed backends and their packages",
+        description="List the installed backends, each with the package that provides "
+        "it. A backend that cannot be used (a plugin that cannot be loaded or "
+        "declared, a class path that does not resolve, a class that does not implement "
+        "the contract) is listed with BROKEN: and the reason; the exit status is 0 "
+        "all the same, unless --strict.")
+    listing.add_argument("--strict", action="store_true",
+                         help="exit with status 1 when a backend is broken")
+    listing.set_defaults(func=_cmd_backends)
     sub.add_parser("config", help="show the effective settings and their sources",
                    description="Show every setting: its value, where the value comes "
                    "from (code, environment, a .fiberconfig file or the default), its "

@@ -182,6 +182,9 @@ class BackendNotFoundError(LookupError):
 
 
 class PluginContractError(BackendNotFoundError):
-    """An installed plugin was written for another version of fiber's plugin contract
-    (``fiber.backend.CONTRACT_VERSION``) than this fiber-core implements; the message
-    names the fiber-core the plugin needs."""
+    """The selected backend is installed but cannot be used: its plugin could not be
+    loaded or declared (an entry point that does not resolve, an import error, a
+    contract version, ``fiber.backend.CONTRACT_VERSION``, other than this fiber-core
+    speaks, an invalid declaration), its class path does not resolve, or its class
+    does not implement the contract. The message names the plugin's distribution, its
+    entry point or dotted path, and the fault."""

@@ -36,7 +36,7 @@ from fiber.errors import (
     TransientBackendError,
 )
 
-__all__ = ["CAPABILITIES", "Backend", "BackendError", "ClusterUnreachableError",
+__all__ = ["CAPABILITIES", "REQUIRED", "Backend", "BackendError", "ClusterUnreachableError",
            "JobCreationError", "TransientBackendError"]
 
 #: The optional parts of the contract, by the name a backend declares in
@@ -56,8 +56,10 @@ CAPABILITIES: dict[str, str] = {
 class Backend(abc.ABC):
     """Create, watch and end jobs on one kind of cluster.
 
-    Required: :meth:`create_job`, :meth:`status`, :meth:`terminate`, and a
-    :attr:`secrets_delivery` for fiber's processes to run on it.
+    Required (:data:`REQUIRED`): :meth:`create_job`, :meth:`status`,
+    :meth:`terminate`, and :attr:`secrets_delivery` (without it no fiber process
+    could run on the backend; the registry refuses a class that lacks any of them,
+    naming what is missing).
     Optional, with working defaults: :meth:`poll` (batch status; override it when the
     cluster can answer for many jobs in one call), :meth:`create_jobs` and
     :meth:`terminate_jobs` (the same for starting and ending many jobs), :meth:`wait`,
@@ -87,8 +89,9 @@ class Backend(abc.ABC):
     #: itself, through its engine's secret mechanism or a private channel, e.g. a
     #: secrets file), ``"env"`` (the core merges them into ``env``: only for a backend
     #: whose jobs' environments are readable by the job's user and root alone, and
-    #: never stored or shown by the cluster), ``None`` (it does not: the core refuses
-    #: to start fiber processes on it)
+    #: never stored or shown by the cluster). Required: a class that leaves it ``None``
+    #: is refused when the backend is resolved, as one missing a required method is
+    #: (no fiber process could run on it: it would have no way to join its run)
     secrets_delivery: str | None = None
     #: the optional capabilities this backend implements (names of
     #: :data:`CAPABILITIES`). A subclass that does not set it declares ``logs`` and
@@ -253,6 +256,12 @@ class Backend(abc.ABC):
         """Release connections and threads. The backend is not used afterwards."""
         return None
 
+
+#: The required parts of the contract: :class:`Backend`'s abstract methods and the
+#: attribute every backend sets (the registry refuses a backend class without them,
+#: naming what is missing); everything else of :class:`Backend` is optional, with a
+#: working default.
+REQUIRED: tuple[str, ...] = (*sorted(Backend.__abstractmethods__), "secrets_delivery")
 
 
 def _each(backend: Backend, items: Sequence[Any], call: Any) -> list[Any]:

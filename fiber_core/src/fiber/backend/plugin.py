@@ -16,8 +16,10 @@ A plugin's entry point (group ``fiber``) names one :class:`Plugin` object, for e
 the module holding the declaration stays light without any loader of its own.
 ``contract`` is the version of this contract the plugin was written for: write the
 number itself, never ``CONTRACT_VERSION`` (which would always agree); the registry
-refuses a plugin that declares another version than this fiber-core implements,
-naming the fiber-core the plugin needs.
+sets aside a plugin that declares another version than this fiber-core implements
+(:mod:`fiber.backend.discovery`: one warning naming both versions and what to change
+on which side; the other plugins work, and selecting one of its backends raises that
+fault).
 
 The object implements the hook of :mod:`fiber.backend.hookspecs`
 (``fiber_plugin``), which the registry calls through pluggy.

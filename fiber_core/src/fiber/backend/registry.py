@@ -3,16 +3,20 @@ check and the per-process cache of backend instances.
 
 Loading the plugins imports each plugin's entry point, a :class:`~fiber.backend.Plugin`
 declaration (which must import nothing heavy), and checks that each declares the
-contract version this fiber-core implements. The declarations are read through
-pluggy's hook calling (``pm.hook.fiber_plugin()``); a backend's dotted path is
-imported, and so its cluster's client library, only when that backend is used."""
+contract version this fiber-core implements (:mod:`fiber.backend.discovery`, one entry
+point at a time). A plugin that cannot be loaded or declared is set aside with one
+warning naming its distribution, its entry point and its fault; every other backend
+works as before, ``fiber backends`` lists it as broken, and selecting one of its
+backends raises :class:`PluginContractError` with that fault. The declarations are
+read through pluggy's hook calling (``pm.hook.fiber_plugin()``); a backend's dotted
+path is imported, and so its cluster's client library, only when that backend is
+used, and its class is then checked against the contract (the required methods,
+``secrets_delivery``) before it is instantiated."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import logging
-import re
 import threading
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
@@ -22,13 +26,21 @@ import pluggy
 
 from fiber.backend import hookspecs
 from fiber.backend.base import Backend
+from fiber.backend.discovery import (
+    BrokenPlugin,
+    class_fault,
+    instance_fault,
+    load_entry_points,
+    resolve_path,
+)
 from fiber.backend.options import ConfigOption
-from fiber.backend.plugin import CONTRACT_VERSION, Plugin
+from fiber.backend.plugin import Plugin
 from fiber.errors import BackendNotFoundError, PluginContractError
 
-__all__ = ["BackendInfo", "BackendNotFoundError", "PluginContractError", "backends",
-           "config_options", "get_backend", "install_hint", "plugin_manager",
-           "plugins", "reset", "reset_instances"]
+__all__ = ["BackendInfo", "BackendNotFoundError", "BrokenPlugin", "PluginContractError",
+           "backend_fault", "backends", "broken", "broken_backend", "config_options",
+           "get_backend", "install_hint", "not_found", "plugin_manager", "plugins", "quiet_in_jobs",
+           "reset", "reset_instances"]
 
 logger = logging.getLogger("fiber")
 
@@ -56,19 +68,31 @@ class BackendInfo:
     package: str
     version: str
 
+    def resolve(self) -> Any:
+        """The factory named by :attr:`path`, checked against the contract; raises
+        :class:`PluginContractError` naming the plugin, the path and the fault (a
+        path that does not resolve, a class missing required methods...)."""
+        target, fault = resolve_path(self.path)
+        if fault is None:
+            fault = class_fault(target)
+        if fault is not None:
+            raise PluginContractError(self.fault_message(fault))
+        return target
+
+    def fault_message(self, fault: str) -> str:
+        """The error of a backend of this plugin that cannot be used, for ``fault``."""
+        return (f"the fiber backend {self.name!r} of {self.package} {self.version} "
+                f"cannot be used: its Plugin declares {self.name!r}: {self.path!r}, and "
+                f"{fault}. Fix the backend or the path in {self.package}'s Plugin "
+                f"declaration ('module:attribute' of its Backend class)")
+
     def factory(self, options: Mapping[str, Any]) -> Backend:
-        """Import the factory named by :attr:`path` and call it with ``options``."""
-        module_name, _, attribute = self.path.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-            for part in attribute.split("."):
-                target = getattr(target, part)
-        except (ImportError, AttributeError) as exc:
-            raise BackendNotFoundError(
-                f"backend {self.name!r} of {self.package} {self.version} names "
-                f"{self.path!r}, which cannot be loaded ({type(exc).__name__}: {exc}); "
-                f"reinstall {self.package}") from exc
-        instance: Backend = target(options)
+        """Import the factory named by :attr:`path`, check it and call it with
+        ``options``."""
+        instance: Backend = self.resolve()(options)
+        fault = instance_fault(instance)
+        if fault is not None:
+            raise PluginContractError(self.fault_message(fault))
         return instance
 
 
@@ -76,123 +100,114 @@ _lock = threading.RLock()
 _manager: pluggy.PluginManager | None = None
 _plugins: list[Plugin] | None = None
 _backends: dict[str, BackendInfo] | None = None
+_broken: list[BrokenPlugin] = []
 _instances: dict[Hashable, Backend] = {}
-# the version of each entry point's distribution, by id of its Plugin object
+# the distribution (name, version) of each entry point, by id of its Plugin object
 _versions: dict[int, str] = {}
+# whether this process warns of the plugins it sets aside (a job does not: its
+# program's main process has warned)
+_warn = True
+
+
+def quiet_in_jobs() -> None:
+    """This process is a job (or a forkserver) of a program whose main process
+    warns of broken plugins: log them at debug level here, not once per job."""
+    global _warn
+    _warn = False
 
 
 def plugin_manager() -> pluggy.PluginManager:
-    """The process-wide plugin manager, with every ``fiber`` entry point loaded and
-    checked (:func:`plugins`)."""
+    """The process-wide plugin manager, with every ``fiber`` entry point that loads
+    and declares a plugin of this contract registered (:func:`plugins`); the others
+    are set aside (:func:`broken`), each with one warning."""
     global _manager, _plugins
     with _lock:
         if _manager is None:
             pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
             pm.add_hookspecs(hookspecs)
-            pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP)
-            _check_hooks(pm)
-            declared = pm.hook.fiber_plugin()
-            for plugin in declared:
-                check_contract(plugin)
+            loaded, broken_ones = load_entry_points(pm, ENTRY_POINT_GROUP)
+            for one in broken_ones:
+                logger.log(logging.WARNING if _warn else logging.DEBUG, "%s",
+                           one.describe())
             _versions.clear()
-            for plugin, dist in pm.list_plugin_distinfo():
-                _versions[id(plugin)] = dist.version
+            for plugin in loaded:
+                _versions[id(plugin.obj)] = plugin.version
+            declared = pm.hook.fiber_plugin()
+            _broken[:] = broken_ones
             _manager, _plugins = pm, list(declared)
         return _manager
 
 
 def plugins() -> list[Plugin]:
-    """The declarations of every installed plugin (fiber-core's own included), as
-    pluggy's hook calling returned them."""
+    """The declarations of every installed plugin that loaded (fiber-core's own
+    included), as pluggy's hook calling returned them."""
     plugin_manager()
     assert _plugins is not None
     return list(_plugins)
 
 
-def _check_hooks(pm: pluggy.PluginManager) -> None:
-    """Every entry point is a plugin of this contract: it implements ``fiber_plugin``
-    and no hook the contract does not have (one written for an older fiber-core)."""
-    dists = {id(plugin): dist for plugin, dist in pm.list_plugin_distinfo()}
+def broken() -> list[BrokenPlugin]:
+    """The installed plugins set aside, each with its fault (a backend name two
+    plugins claim counts as broken too)."""
+    backends()
+    return list(_broken)
 
-    def where(plugin: object) -> tuple[str, str]:
-        dist = dists.get(id(plugin))
-        package = dist.project_name if dist is not None else repr(plugin)
-        version = f" {dist.version}" if dist is not None else ""
-        return f"the entry point {pm.get_name(plugin)!r} of {package}{version}", package
 
+def broken_backend(name: str) -> BrokenPlugin | None:
+    """The broken plugin that provides (or, not loaded, may provide) the backend
+    ``name``: its declaration names it, or (not read) its entry point is so named or
+    its package is the one known to provide it (``fiber-k8s`` for ``k8s``)."""
+    for item in broken():
+        if name in item.backends or (item.entry_point and item.package
+                                     == KNOWN_BACKEND_PACKAGES.get(name)):
+            return item
+    return None
+
+
+def backend_fault(name: str) -> str | None:
+    """Why the installed backend ``name`` cannot be used, or None: its plugin is
+    broken, or (importing its module, which its first use would do) its dotted path
+    does not resolve or its class does not implement the contract. What ``fiber
+    backends`` and ``pytest --fiber-backend`` check."""
+    item = broken_backend(name)
+    if item is not None:
+        return f"the fiber backend {name!r} cannot be used: {item.describe()}"
+    info = backends().get(name)
+    if info is None:
+        return None
     try:
-        pm.check_pending()
-    except pluggy.PluginValidationError as exc:
-        text, package = where(exc.plugin)
-        raise PluginContractError(
-            f"{text} implements a hook that fiber-core {_core_version()} does not have "
-            f"({exc}): it was written for another version of fiber's plugin contract; "
-            f"{_what_it_needs(package, None)}") from None
-    implemented = {id(impl.plugin) for impl in pm.hook.fiber_plugin.get_hookimpls()}
-    for plugin in pm.get_plugins():
-        if id(plugin) not in implemented:
-            text, package = where(plugin)
-            raise PluginContractError(
-                f"{text} names {plugin!r}, which declares no fiber plugin (an entry "
-                f"point names a fiber.backend.Plugin object; this fiber-core implements "
-                f"contract version {CONTRACT_VERSION}): reinstall {package} if its "
-                f"installed metadata is older than its code; otherwise "
-                f"{_what_it_needs(package, None)}")
-
-
-def check_contract(plugin: Plugin) -> None:
-    """Raise :class:`PluginContractError` unless ``plugin`` implements the contract
-    version of this fiber-core, naming the fiber-core the plugin needs."""
-    if plugin.contract == CONTRACT_VERSION:
-        return
-    raise PluginContractError(
-        f"{plugin.package} {distribution_version(plugin.package)} implements version "
-        f"{plugin.contract!r} of fiber's plugin contract, and this fiber-core "
-        f"{_core_version()} implements version {CONTRACT_VERSION}: "
-        f"{_what_it_needs(plugin.package, plugin.contract)}")
-
-
-def _core_version() -> str:
-    from fiber._version import __version__
-
-    return __version__
-
-
-def _what_it_needs(package: str, contract: object) -> str:
-    """What to install: the fiber-core versions ``package`` pins in its metadata, else
-    a fiber-core implementing ``contract``."""
-    pins = []
-    try:
-        for requirement in importlib.metadata.requires(package) or ():
-            name = re.split(r"[\s<>=!~;\[(]", requirement, maxsplit=1)[0]
-            if name.lower().replace("_", "-") == "fiber-core":
-                pins.append(requirement.split(";")[0].strip())
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    if pins:
-        return (f"install the fiber-core it needs ({', '.join(pins)}), or a version of "
-                f"{package} made for fiber-core {_core_version()}")
-    wanted = (f"a fiber-core whose fiber.backend.CONTRACT_VERSION is {contract!r}"
-              if contract is not None else "the fiber-core it was made for")
-    return (f"install {wanted}, or a version of {package} made for fiber-core "
-            f"{_core_version()}")
+        info.resolve()
+    except PluginContractError as exc:
+        return str(exc)
+    return None
 
 
 def backends() -> dict[str, BackendInfo]:
-    """Every installed backend by name."""
+    """Every installed backend by name (of the plugins that loaded; a name two
+    plugins claim is set aside, as :func:`broken`, naming both)."""
     global _backends
     with _lock:
         if _backends is None:
             found: dict[str, BackendInfo] = {}
+            twice: dict[str, list[BackendInfo]] = {}
             for plugin in plugins():
                 version = _versions.get(id(plugin)) or distribution_version(plugin.package)
                 for name, path in plugin.backends.items():
-                    if name in found:
-                        raise BackendNotFoundError(
-                            f"backend {name!r} is provided twice, by {found[name].package} and "
-                            f"by {plugin.package}: uninstall one of them"
-                        )
-                    found[name] = BackendInfo(name, path, plugin.package, version)
+                    info = BackendInfo(name, path, plugin.package, version)
+                    if name in found or name in twice:
+                        twice.setdefault(name, [found.pop(name)] if name in found else [])
+                        twice[name].append(info)
+                    else:
+                        found[name] = info
+            for name, infos in twice.items():
+                infos.sort(key=lambda info: info.package)
+                _broken.append(BrokenPlugin(
+                    infos[0].package, infos[0].version, "", "",
+                    f"the fiber backend name {name!r} is provided by " + " and by ".join(
+                        f"{i.package} {i.version} ({i.path})" for i in infos)
+                    + ": uninstall all but one of them", (name,)))
+                logger.log(logging.WARNING if _warn else logging.DEBUG, "%s",
+                           _broken[-1].describe())
             _backends = found
         return _backends
 
@@ -214,18 +229,28 @@ def get_backend(name: str, options: Mapping[str, Any],
             return instance
         info = backends().get(name)
         if info is None:
-            installed = ", ".join(sorted(backends())) or "none"
-            hint = install_hint(name)
-            raise BackendNotFoundError(
-                f"no installed plugin provides the fiber backend {name!r} "
-                f"(installed backends: {installed}); {hint}"
-            )
+            raise not_found(name)
         instance = info.factory(options)
         if not getattr(instance, "name", ""):
             instance.name = name
         _instances[key] = instance
         logger.debug("backend %s created from %s %s", name, info.package, info.version)
         return instance
+
+
+def not_found(name: str, prefix: str = "") -> BackendNotFoundError:
+    """The error of selecting ``name``, which is not an installed backend: the fault
+    of the broken plugin that provides it, else the installed backends (and the
+    broken plugins, whose backends' names may be unknown) and how to get it."""
+    fault = backend_fault(name) if broken_backend(name) is not None else None
+    if fault is not None:
+        return PluginContractError(prefix + fault)
+    installed = ", ".join(sorted(backends())) or "none"
+    unknown = [b for b in broken() if len(b.backends) == 1 and b.backends[0] == b.entry_point]
+    also = "".join(f"; {b.describe()}" for b in unknown)
+    return BackendNotFoundError(
+        f"{prefix}no installed plugin provides the fiber backend {name!r} "
+        f"(installed backends: {installed}); {install_hint(name)}{also}")
 
 
 def install_hint(name: str) -> str:
@@ -262,6 +287,7 @@ def reset() -> None:
         _manager = None
         _plugins = None
         _backends = None
+        _broken.clear()
 
 
 def distribution_version(name: str) -> str:

@@ -222,6 +222,9 @@ def _backend_context(name: str | None, overrides: dict[str, Any]) -> BackendCont
     backend: str | None = name
     if name in START_METHODS:
         method, backend = name, None
+    elif isinstance(name, str) and (fault := registry.backend_fault(name)) is not None:
+        # multiprocessing's message, with why the backend cannot be used
+        raise ValueError(f"cannot find context for {name!r}: {fault}")
     elif name is not None and name not in registry.backends():
         installed = ", ".join(sorted([*START_METHODS, *registry.backends()]))
         hint = registry.install_hint(name) if isinstance(name, str) else ""

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fiber import threads, util
+from fiber.backend import registry
 from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, parent_link, run
@@ -245,6 +246,7 @@ def _report_failure(client: transport.StreamClient, channel: int, out: _Forwarde
 
 
 def main() -> int:
+    registry.quiet_in_jobs()  # a broken plugin: the program's main process warned
     try:
         # the run's secret, when its backend delivered it in a secrets file: into this
         # process's environment, where the wire finds it (fiber.backend.secrets)

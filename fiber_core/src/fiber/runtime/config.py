@@ -41,7 +41,7 @@ from fiber.backend.options import (
     parse_positive_float,
     parse_positive_int,
 )
-from fiber.errors import BackendNotFoundError, ConfigError
+from fiber.errors import BackendNotFoundError, ConfigError, PluginContractError
 
 logger = logging.getLogger("fiber")
 
@@ -296,6 +296,11 @@ def _check_backend(name: Any) -> None:
     import difflib
 
     installed = registry.backends()
+    # (a backend that cannot be used: its plugin broken, or its class, imported here
+    # as its first job would, not implementing the contract)
+    fault = registry.backend_fault(name) if isinstance(name, str) else None
+    if fault is not None:
+        raise PluginContractError(f"fiber.init(): {fault}")
     if name in installed:
         return
     close = difflib.get_close_matches(str(name), list(installed), n=1)

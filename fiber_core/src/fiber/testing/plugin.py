@@ -63,14 +63,18 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _check_backend(name: str | None) -> None:
-    """A ``--fiber-backend`` that names no installed backend is a usage error, said
-    once before any test runs, with the installed backends and how to get the one
-    named."""
+    """A ``--fiber-backend`` that names no installed backend, or one that cannot be
+    used (its plugin broken, its class path not resolving, its class not implementing
+    the contract), is a usage error, said once before any test runs, with the
+    installed backends and how to get the one named, or with the fault."""
     if not name:
         return
     from fiber.backend import registry  # only when asked: plain pytest runs stay light
 
     installed = registry.backends()
+    fault = registry.backend_fault(name)
+    if fault is not None:
+        raise pytest.UsageError(f"--fiber-backend {name}: {fault}")
     if name not in installed:
         raise pytest.UsageError(
             f"--fiber-backend {name}: no installed fiber backend is named {name!r} "

@@ -42,6 +42,7 @@ def preload() -> None:
     try:
         from fiber.backend import registry  # the backend's own package
 
+        registry.quiet_in_jobs()  # the program's main process warns of broken plugins
         registry.plugin_manager()
     except Exception:  # noqa: BLE001 - a broken plugin fails in the job, reported there
         pass
