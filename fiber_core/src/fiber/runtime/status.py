@@ -43,9 +43,10 @@ from typing import Any
 
 from fiber import threads, util
 from fiber._version import __version__
+from fiber.backend.job import JobState
 from fiber.errors import NotPrivateError
 from fiber.host import check_private, read_records, start_time, try_write_record
-from fiber.runtime import config
+from fiber.runtime import config, monitor
 from fiber.runtime import run as run_module
 from fiber.wire import transport
 from fiber.wire.protocol import ERROR, StatusOp
@@ -150,7 +151,11 @@ def _unregister() -> None:
 def _worker(ws: Any) -> dict[str, Any]:
     process = ws.process
     fields = {"id": ws.id, "state": ws.state, "held": ws.held,
-              "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None}
+              "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None,
+              # tasks it finished (sent to it and no longer held)
+              "done": max(0, ws.dispatched - ws.held),
+              "since": round(getattr(ws, "since", 0.0), 3),
+              "placement": getattr(ws, "placement", "")}
     if process is not None:
         for name in ("job_id", "host"):
             try:
@@ -159,6 +164,9 @@ def _worker(ws: Any) -> dict[str, Any]:
                 pass
         # as known now: Process.pid waits until the job runs (a queued job has none)
         fields["pid"] = getattr(getattr(process, "_popen", None), "pid", None)
+    if (ws.state == "starting" and fields["job_id"] is not None
+            and monitor.last_state(fields["job_id"]) is JobState.PENDING):
+        fields["state"] = "pending"  # queued by the cluster
     return fields
 
 
@@ -186,6 +194,9 @@ def pool_status(pool_id: int, stats: Any) -> dict[str, Any]:
         # an adaptive pool's settings, wanted size and last decisions (Pool.adapt)
         "adapt": None if getattr(stats, "adapt", None) is None
         else dataclasses.asdict(stats.adapt),
+        # task times per function (histograms) and the last lost workers
+        "functions": [dataclasses.asdict(f) for f in getattr(stats, "functions", ())],
+        "lost_list": [dataclasses.asdict(lw) for lw in getattr(stats, "recently_lost", ())],
     }
 
 
