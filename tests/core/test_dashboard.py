@@ -148,6 +148,25 @@ def test_the_token_is_needed_and_the_headers_keep_other_sites_out(dashboard):
         assert code == 200 and program.authkey.encode() not in body, path
 
 
+def test_a_workers_log_is_asked_for_by_pool_and_worker(dashboard, pool):
+    import json
+
+    pid = pool_id(pool)
+    wait_until("a running worker", lambda: pool.stats().idle == 3, 60)
+    worker = pool.stats().workers[0]
+    token = dashboard.token
+    code, _, body = dashboard.get(f"/api/log?token={token}&pool={pid}&worker={worker.id}")
+    answer = json.loads(body)
+    assert code == 200 and answer["job_id"] == worker.process.job_id
+    assert answer["log"] == ""  # the local backend keeps no log (output goes to stdout)
+    code, _, body = dashboard.get(f"/api/log?token={token}&pool={pid}&worker=9999")
+    assert code == 200 and json.loads(body)["log"] is None  # no such worker
+    code, _, _ = dashboard.get(f"/api/log?token={token}&pool=x&worker=1")
+    assert code == 400
+    code, _, _ = dashboard.get(f"/api/log?pool={pid}&worker={worker.id}")
+    assert code == 401
+
+
 def test_a_client_that_sends_nothing_or_too_much_is_dropped(dashboard):
     from fiber.dashboard import server
 
@@ -236,13 +255,24 @@ def browser(tmp_path):
         shutil.rmtree(profile, ignore_errors=True)
 
 
+# the page redraws every second: each read of it is one script call, so that no element
+# found by one call is gone by the next
 def text_of(driver, element_id: str) -> str | None:
-    from selenium.common.exceptions import NoSuchElementException, StaleElementReferenceException
+    return driver.execute_script(
+        "const e = document.getElementById(arguments[0]); return e ? e.textContent : null;",
+        element_id)
 
-    try:
-        return driver.find_element("id", element_id).text
-    except (NoSuchElementException, StaleElementReferenceException):
-        return None
+
+def attribute_of(driver, element_id: str, name: str) -> str | None:
+    return driver.execute_script(
+        "const e = document.getElementById(arguments[0]);"
+        "return e ? e.getAttribute(arguments[1]) : null;", element_id, name)
+
+
+def worker_ids(driver, selector: str) -> set[int]:
+    return set(driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map(r => Number(r.dataset.worker));", selector))
 
 
 def page_counts(driver, pid: int) -> dict[str, str | None]:
@@ -304,7 +334,7 @@ def test_the_page_in_a_browser(pool, dashboard, browser, tmp_path):
 
     # the plot grows as the page stays open
     def points() -> int:
-        return int(driver.find_element("id", f"pool-{pid}-plot").get_attribute("data-points"))
+        return int(attribute_of(driver, f"pool-{pid}-plot", "data-points") or 0)
     first = points()
     wait_until("the plot's new points", lambda: points() >= first + 2, 10)
 
@@ -322,17 +352,28 @@ def test_the_page_in_a_browser(pool, dashboard, browser, tmp_path):
     assert took <= 2.0, f"the traceback took {took:.2f} s to show"
     driver.save_screenshot(str(tmp_path / "2-error.png"))
 
+    # a worker's job log, asked for by its button (the local backend keeps none: a
+    # job's output goes to the program's own stdout, and the panel says so)
+    (busy, *_) = [w for w in pool.stats().workers if w.state == "busy"]
+    assert driver.execute_script(
+        "const b = document.querySelector(arguments[0]); if (b) b.click(); return !!b;",
+        f"button[data-log='{pid}-{busy.id}']")
+
+    def log_shown() -> str:
+        text = text_of(driver, f"pool-{pid}-log") or ""
+        return text if "keeps no log" in text else ""
+    shown = wait_until("the log panel", log_shown, 10, driver, tmp_path / "fail-log.png")
+    assert f"log of worker {busy.id} (job {busy.process.job_id})" in shown
+
     # a killed worker: lost, and its replacement appears
     (idle,) = [w for w in pool.stats().workers if w.state == "idle"]
     before = {w.id for w in pool.stats().workers}
     os.kill(idle.process.pid, signal.SIGKILL)
 
     def lost_and_replaced() -> bool:
-        lost = driver.find_elements("css selector",
-                                    f"#pool-{pid}-lost-table tr[data-worker='{idle.id}']")
-        rows = driver.find_elements("css selector", f"#pool-{pid}-workers tr[data-worker]")
-        ids = {int(r.get_attribute("data-worker")) for r in rows}
-        return (bool(lost) and text_of(driver, f"pool-{pid}-w-lost") == "1"
+        lost = worker_ids(driver, f"#pool-{pid}-lost-table tr[data-worker]")
+        ids = worker_ids(driver, f"#pool-{pid}-workers tr[data-worker]")
+        return (lost == {idle.id} and text_of(driver, f"pool-{pid}-w-lost") == "1"
                 and idle.id not in ids and bool(ids - before))
     wait_until("the lost worker and its replacement", lost_and_replaced, 30, driver,
                tmp_path / "fail-lost.png")

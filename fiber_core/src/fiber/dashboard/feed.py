@@ -143,6 +143,14 @@ class Feed:
                 self._cond.wait(left)
             return self._seq, self._latest
 
+    def log(self, pool_id: int, wid: int) -> dict[str, Any]:
+        """The tail of worker ``wid``'s job log, asked of the program now (``error``:
+        why it could not be had)."""
+        try:
+            return status.query_log(self.program, pool_id, wid, QUERY_TIMEOUT)
+        except (ConnectionLostError, AuthenticationError) as exc:
+            return {"pool": pool_id, "worker": wid, "error": str(exc)}
+
     def _publish(self, data: dict[str, Any]) -> None:
         text = json.dumps(data, separators=(",", ":"))
         with self._cond:

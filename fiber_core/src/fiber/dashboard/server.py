@@ -19,8 +19,8 @@ Built on the standard library's :class:`~http.server.ThreadingHTTPServer`, bound
   (no framing), ``default-src 'self'`` (no inline or foreign script), ``nosniff``,
   ``Referrer-Policy: no-referrer`` (the token does not leak through links) and
   ``Cache-Control: no-store``.
-* **Read-only**: GET (and HEAD) of the page, its two files, ``/events`` and
-  ``/api/view``; any other method is refused (501), any other path is 404. Nothing in a
+* **Read-only**: GET (and HEAD) of the page, its two files, ``/events``,
+  ``/api/view`` and ``/api/log`` (the tail of a worker's job log); any other method is refused (501), any other path is 404. Nothing in a
   view is a secret of the run (the snapshot holds no key).
 """
 
@@ -224,6 +224,16 @@ class _Handler(BaseHTTPRequestHandler):
                 with self.server.feed.watch():
                     _, data = self.server.feed.next(0, 10.0)
             self._send(HTTPStatus.OK, (data or "{}").encode(), "application/json")
+        elif path == "/api/log":
+            query = parse_qs(urlsplit(self.path).query)
+            try:
+                pool_id = int((query.get("pool") or [""])[0])
+                wid = int((query.get("worker") or [""])[0])
+            except ValueError:
+                self._send(HTTPStatus.BAD_REQUEST, b"pool and worker are numbers\n")
+                return
+            answer = self.server.feed.log(pool_id, wid)
+            self._send(HTTPStatus.OK, json.dumps(answer).encode(), "application/json")
         elif path == "/events":
             self._events()
         else:

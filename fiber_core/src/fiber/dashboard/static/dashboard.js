@@ -166,18 +166,56 @@ function groups(id, title, rows) {
     ...GROUP_STATES.map((s) => el("td", {class: r[s] ? s : "zero"}, r[s]))))));
 }
 
+// the log shown under a pool's workers: {pool, worker, answer} (kept across redraws)
+let shownLog = null;
+
+function logButton(poolId, wid) {
+  const button = el("button", {class: "log-button", "data-log": `${poolId}-${wid}`}, "log");
+  button.addEventListener("click", () => {
+    shownLog = {pool: poolId, worker: wid, answer: null};
+    if (lastView) render(lastView);
+    fetch(`api/log?token=${encodeURIComponent(TOKEN)}&pool=${poolId}&worker=${wid}`)
+      .then((r) => r.json())
+      .catch((e) => ({error: String(e)}))
+      .then((answer) => {
+        if (shownLog && shownLog.pool === poolId && shownLog.worker === wid) {
+          shownLog.answer = answer;
+          if (lastView) render(lastView);
+        }
+      });
+  });
+  return button;
+}
+
+function logPanel(pool) {
+  if (!shownLog || shownLog.pool !== pool.id) return null;
+  const a = shownLog.answer;
+  let text;
+  if (a === null) text = "asking the program…";
+  else if (a.error) text = `could not get the log: ${a.error}`;
+  else if (a.log === null) text = "this worker is no longer known to the pool";
+  else if (!a.log) text = "the backend keeps no log of this job, or it is empty";
+  else text = a.log;
+  const close = el("button", {class: "log-button"}, "close");
+  close.addEventListener("click", () => { shownLog = null; if (lastView) render(lastView); });
+  return el("section", {id: `pool-${pool.id}-log`, class: "log"},
+    el("h3", {}, `log of worker ${shownLog.worker}` + (a && a.job_id ? ` (job ${a.job_id})` : ""),
+       " ", close),
+    el("pre", {}, text));
+}
+
 function workerList(pool, now) {
   const p = `pool-${pool.id}`;
   const rows = pool.worker_list.map((w) => el("tr", {"data-worker": w.id, class: w.state},
     el("td", {}, w.id), el("td", {class: "state"}, w.state), el("td", {}, w.host || "-"),
     el("td", {class: "mono"}, w.job_id || "-"), el("td", {}, w.pid || "-"),
     el("td", {}, w.uptime === null ? "-" : age(w.uptime)), el("td", {}, w.done),
-    el("td", {}, w.placement || "-")));
+    el("td", {}, w.placement || "-"), el("td", {}, w.job_id ? logButton(pool.id, w.id) : "")));
   const more = pool.workers_hidden
     ? el("p", {class: "dim"}, `and ${pool.workers_hidden} more (counted by host above)`) : null;
   return el("section", {}, el("h3", {}, "workers"),
     table(`${p}-workers`, ["id", "state", "host", "job", "pid", "up", "tasks done",
-                           "placement"], rows), more);
+                           "placement", ""], rows), more, logPanel(pool));
 }
 
 function poolCard(pool, now) {
@@ -232,17 +270,21 @@ function poolCard(pool, now) {
   const lost = el("section", {id: `${p}-lost`}, el("h3", {}, "lost workers"));
   if (!pool.lost_list.length) lost.append(el("p", {class: "dim"}, "none"));
   else {
-    lost.append(table(`${p}-lost-table`, ["when", "worker", "host", "job"],
+    lost.append(table(`${p}-lost-table`, ["when", "worker", "host", "job", ""],
       [...pool.lost_list].reverse().map((l) => el("tr", {"data-worker": l.worker},
         el("td", {}, clock(l.time)), el("td", {}, l.worker), el("td", {}, l.host || "-"),
-        el("td", {class: "mono"}, l.job_id || "-")))));
+        el("td", {class: "mono"}, l.job_id || "-"),
+        el("td", {}, l.job_id ? logButton(pool.id, l.worker) : "")))));
   }
   card.append(lost);
   card.append(workerList(pool, now));
   return card;
 }
 
+let lastView = null;
+
 function render(view) {
+  if (view.pools) lastView = view;
   const link = document.getElementById("link");
   if (view.ended) {
     link.textContent = `program ${view.pid} has ended`;

@@ -28,7 +28,7 @@ import collections
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fiber.backend.job import JobState
@@ -76,6 +76,8 @@ class LostWorker:
     worker: int  # its id in its pool
     job_id: str | None  # its job's id on the backend (None: it never had a job)
     host: str | None  # where it ran, when known
+    # its fiber Process (for its job's log: ``fiber dashboard``), None if it had none
+    process: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,7 @@ def record_lost(lost: collections.deque[LostWorker], wid: int, process: Any) -> 
             job_id, host = process.job_id, process.host
         except (AttributeError, ValueError):
             pass
-    lost.append(LostWorker(time.time(), wid, job_id, host))
+    lost.append(LostWorker(time.time(), wid, job_id, host, process))
 
 
 def errors_deque() -> collections.deque[TaskError]:
