@@ -352,6 +352,20 @@ def test_the_page_in_a_browser(pool, dashboard, browser, tmp_path):
     assert took <= 2.0, f"the traceback took {took:.2f} s to show"
     driver.save_screenshot(str(tmp_path / "2-error.png"))
 
+    # a reader selecting the traceback keeps it: the page waits with its redraws
+    driver.execute_script(
+        "const r = document.createRange();"
+        "r.selectNodeContents(document.querySelector(arguments[0]));"
+        "getSelection().removeAllRanges(); getSelection().addRange(r);",
+        f"#pool-{pid}-errors pre")
+    held = driver.execute_script("return document.body.dataset.updated;")
+    time.sleep(2.5)
+    assert driver.execute_script("return document.body.dataset.updated;") == held
+    assert "KeyError" in driver.execute_script("return getSelection().toString();")
+    driver.execute_script("getSelection().removeAllRanges();")
+    wait_until("the redraws again", lambda: driver.execute_script(
+        "return document.body.dataset.updated;") != held, 5)
+
     # a worker's job log, asked for by its button (the local backend keeps none: a
     # job's output goes to the program's own stdout, and the panel says so)
     (busy, *_) = [w for w in pool.stats().workers if w.state == "busy"]

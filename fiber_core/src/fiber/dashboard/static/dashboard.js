@@ -309,11 +309,23 @@ function render(view) {
     view.others.length ? el("div", {class: "dim"},
       `other programs: ${view.others.join(", ")} (fiber dashboard --pid PID)`) : "");
   const pools = document.getElementById("pools");
+  // a reader selecting text (a traceback to copy) keeps it: this redraw waits
+  const selection = window.getSelection();
+  if (selection && !selection.isCollapsed && pools.contains(selection.anchorNode)) return;
+  // scrolled boxes (a log, a long traceback) stay where the reader left them
+  const scrolled = new Map();
+  pools.querySelectorAll("pre").forEach((pre, i) => {
+    if (pre.scrollTop) scrolled.set(pre.closest("[id]")?.id + ":" + i, pre.scrollTop);
+  });
   if (!view.pools.length) {
     pools.replaceChildren(el("p", {class: "dim"}, "no pool (they were closed and collected)"));
   } else {
     pools.replaceChildren(...view.pools.map((p) => poolCard(p, view.time)));
   }
+  pools.querySelectorAll("pre").forEach((pre, i) => {
+    const top = scrolled.get(pre.closest("[id]")?.id + ":" + i);
+    if (top) pre.scrollTop = top;
+  });
   document.body.dataset.updated = String(view.time);
 }
 
