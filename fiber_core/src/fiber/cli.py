@@ -11,6 +11,7 @@
                          programs left on this machine; ``--run ID`` ends one run's
                          jobs, ``--all`` every job (after a question; ``--yes``)
 ``fiber top``            a live view of a running program's pools (:mod:`fiber.top`)
+``fiber dashboard``      the same as a live web page (:mod:`fiber.dashboard`)
 ``fiber --version``      the versions of fiber-core and of the installed plugins
 
 With no command it prints its help.
@@ -46,6 +47,7 @@ EPILOG = """examples:
   fiber clean                                 end orphaned jobs, remove leftovers
   fiber clean --run 3f2a9c0d1e4b              end the jobs of one run
   fiber top                                   live view of a running program's pools
+  fiber dashboard                             the same in a browser (prints its URL)
 """
 
 
@@ -356,6 +358,36 @@ def _add_top(sub: Any) -> None:
     p.set_defaults(func=_cmd_top)
 
 
+def _add_dashboard(sub: Any) -> None:
+    """The ``dashboard`` command (:mod:`fiber.dashboard`, imported when it runs)."""
+    p = sub.add_parser(
+        "dashboard", help="live web page of a running fiber program's pools",
+        description="Serve a live web page about a running fiber program of this user on "
+        "this machine (found as `fiber top` finds it): per pool, its workers by state, "
+        "host and placement, its queue and throughput over the last minutes, task times "
+        "per function, the slowest running tasks, the last errors with their remote "
+        "tracebacks, lost workers and adaptation decisions. It prints the page's URL, "
+        "which holds a random token (requests without it are refused), and how to open "
+        "it from another machine through `ssh -L`. The program is asked over its own "
+        "authenticated connection, and only while a page is open. Ctrl-C stops it; it "
+        "stops by itself when the program ends.")
+    p.add_argument("--pid", type=int,
+                   help="the program to show (default: the only one, else the newest)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to listen on (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8790,
+                   help="port to listen on (default 8790, or the next free one; 0: any)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS",
+                   help="seconds between refreshes of an open page (default 1)")
+    p.set_defaults(func=_cmd_dashboard)
+
+
+def _cmd_dashboard(args: argparse.Namespace) -> int:
+    from fiber import dashboard
+
+    return dashboard.command(args)
+
+
 def _cmd_top(args: argparse.Namespace) -> int:
     from fiber import top
 
@@ -428,6 +460,7 @@ def parser() -> argparse.ArgumentParser:
                            help="with --all: do not ask (for scripts)")
         p.set_defaults(func=func)
     _add_top(sub)
+    _add_dashboard(sub)
     return top
 
 

@@ -318,7 +318,8 @@ class Pool:
         with self._lock:
             adapter = self._adapter
             return snapshot(self._scheduler,
-                            None if adapter is None else adapter.stats())
+                            None if adapter is None else adapter.stats(),
+                            self._worker_set.placement_name)
 
     @property
     def _pool(self) -> list[Process]:

@@ -43,14 +43,16 @@ from typing import Any
 
 from fiber import threads, util
 from fiber._version import __version__
+from fiber.backend.job import JobState
 from fiber.errors import NotPrivateError
 from fiber.host import check_private, read_records, start_time, try_write_record
-from fiber.runtime import config
+from fiber.runtime import config, monitor
 from fiber.runtime import run as run_module
 from fiber.wire import transport
 from fiber.wire.protocol import ERROR, StatusOp
 
-__all__ = ["Program", "directory", "programs", "query", "register_pool", "snapshot"]
+__all__ = ["Program", "directory", "programs", "query", "query_log", "register_pool",
+           "snapshot", "worker_log"]
 
 logger = logging.getLogger("fiber")
 
@@ -79,21 +81,33 @@ class StatusChannel:
     """The hub channel that answers ``fiber top``."""
 
     def handle(self, request: transport.Request, payload: memoryview) -> None:
-        if bytes(payload[:1]) != StatusOp.SNAPSHOT:
+        op = bytes(payload[:1])
+        if op == StatusOp.SNAPSHOT:
+            make: Any = snapshot
+        elif op == StatusOp.LOG:
+            try:
+                asked = json.loads(bytes(payload[1:]).decode())
+                pool_id, wid = int(asked["pool"]), int(asked["worker"])
+            except (ValueError, KeyError, TypeError):
+                request.reply(b"bad log request", ERROR)
+                return
+            make = lambda: worker_log(pool_id, wid)  # noqa: E731
+        else:
             request.reply(b"unknown status request", ERROR)
             return
         # answered from a thread of its own: the hub's thread, which serves every
-        # channel, must not wait for a pool's lock (held while a large map is queued)
-        threads.start("fiber-status", _answer, request,
+        # channel, must not wait for a pool's lock (held while a large map is queued),
+        # nor for a backend's log
+        threads.start("fiber-status", _answer, request, make,
                       fails=lambda error: request.reply(str(error).encode(), ERROR))
 
     def peer_gone(self, peer: int) -> None:
         pass
 
 
-def _answer(request: transport.Request) -> None:
+def _answer(request: transport.Request, make: Any) -> None:
     try:
-        data = json.dumps(snapshot()).encode()
+        data = json.dumps(make()).encode()
     except Exception as exc:  # noqa: BLE001 - the requester gets the error, not a hang
         logger.debug("status snapshot failed", exc_info=True)
         request.reply(f"status snapshot failed: {type(exc).__name__}: {exc}".encode(), ERROR)
@@ -150,7 +164,11 @@ def _unregister() -> None:
 def _worker(ws: Any) -> dict[str, Any]:
     process = ws.process
     fields = {"id": ws.id, "state": ws.state, "held": ws.held,
-              "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None}
+              "dispatched": ws.dispatched, "job_id": None, "host": None, "pid": None,
+              # tasks it finished (sent to it and no longer held)
+              "done": max(0, ws.dispatched - ws.held),
+              "since": round(getattr(ws, "since", 0.0), 3),
+              "placement": getattr(ws, "placement", "")}
     if process is not None:
         for name in ("job_id", "host"):
             try:
@@ -159,6 +177,9 @@ def _worker(ws: Any) -> dict[str, Any]:
                 pass
         # as known now: Process.pid waits until the job runs (a queued job has none)
         fields["pid"] = getattr(getattr(process, "_popen", None), "pid", None)
+    if (ws.state == "starting" and fields["job_id"] is not None
+            and monitor.last_state(fields["job_id"]) is JobState.PENDING):
+        fields["state"] = "pending"  # queued by the cluster
     return fields
 
 
@@ -186,7 +207,39 @@ def pool_status(pool_id: int, stats: Any) -> dict[str, Any]:
         # an adaptive pool's settings, wanted size and last decisions (Pool.adapt)
         "adapt": None if getattr(stats, "adapt", None) is None
         else dataclasses.asdict(stats.adapt),
+        # task times per function (histograms) and the last lost workers
+        "functions": [dataclasses.asdict(f) for f in getattr(stats, "functions", ())],
+        "lost_list": [{"time": lw.time, "worker": lw.worker, "job_id": lw.job_id,
+                       "host": lw.host} for lw in getattr(stats, "recently_lost", ())],
     }
+
+
+LOG_TAIL_BYTES = 16 * 1024  # the end of a job's log that a LOG request returns
+LOG_TAIL_LINES = 100
+
+
+def worker_log(pool_id: int, wid: int) -> dict[str, Any]:
+    """The tail of the log that the backend keeps of worker ``wid``'s job, of the pool
+    ``pool_id`` (live, or among its recently lost workers): ``log`` is None when the
+    worker is not known, "" when the backend keeps no log of the job."""
+    with _lock:
+        pool = _pools.get(pool_id)
+    found: dict[str, Any] = {"pool": pool_id, "worker": wid, "job_id": None, "log": None}
+    if pool is None:
+        return found
+    stats = pool.stats()
+    process = next((w.process for w in stats.workers if w.id == wid), None)
+    if process is None:
+        process = next((lw.process for lw in reversed(stats.recently_lost)
+                        if lw.worker == wid), None)
+    job = getattr(process, "job", None)
+    backend = getattr(getattr(process, "_popen", None), "backend", None)
+    if job is None or backend is None:
+        return found
+    found["job_id"] = job.id
+    text = backend.logs(job)[-LOG_TAIL_BYTES:]
+    found["log"] = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
+    return found
 
 
 def snapshot() -> dict[str, Any]:
@@ -227,6 +280,13 @@ def _program_of(file: str, data: dict[str, Any]) -> Program:
                    [str(a) for a in data["argv"]], float(data["since"]), file)
 
 
+def query_log(program: Program, pool_id: int, wid: int,
+              timeout: float = 10.0) -> dict[str, Any]:
+    """The tail of a worker's job log (:func:`worker_log`), asked of ``program``."""
+    request = StatusOp.LOG + json.dumps({"pool": pool_id, "worker": wid}).encode()
+    return query(program, timeout, request=request)
+
+
 def programs() -> Iterator[Program]:
     """The registered programs of this user that are still running, newest first;
     registrations of processes that are gone are deleted. Raises
@@ -249,13 +309,14 @@ def programs() -> Iterator[Program]:
 
 
 def query(program: Program, timeout: float = 10.0,
-          authkey: bytes | None = None) -> dict[str, Any]:
-    """Ask ``program`` for its snapshot over its hub (authenticated with the secret of
-    its registration, or ``authkey``). Raises :class:`fiber.ConnectionLostError` when
+          authkey: bytes | None = None, request: bytes = StatusOp.SNAPSHOT) -> dict[str, Any]:
+    """Ask ``program`` for its snapshot (or another ``request`` of
+    :class:`~fiber.wire.protocol.StatusOp`) over its hub (authenticated with the secret
+    of its registration, or ``authkey``). Raises :class:`fiber.ConnectionLostError` when
     it cannot be reached, :class:`fiber.AuthenticationError` when the secret is wrong."""
     client = transport.Client(program.address, authkey or bytes.fromhex(program.authkey))
     try:
-        reply = client.request(program.channel, StatusOp.SNAPSHOT, timeout=timeout)
+        reply = client.request(program.channel, request, timeout=timeout)
     finally:
         client.close()
     result: dict[str, Any] = json.loads(bytes(reply).decode())

@@ -150,6 +150,8 @@ class StatusOp:
     ``fiber top``); the reply is JSON."""
 
     SNAPSHOT = b"S"  # the program's pools, their workers and tasks
+    # the tail of one worker's job log: b"L" + JSON {"pool": id, "worker": id}
+    LOG = b"L"
 
 
 class BatchFlag:

@@ -27,6 +27,7 @@ class Functions:
     # the table's estimates per function, forgotten with it (scheduler.py)
     fid_seconds: dict[int, float]
     fid_sink: dict[int, Sink]
+    fid_hist: dict[int, list[int]]
 
     def init_functions(self) -> None:
         """None known yet (the table's ``__init__`` calls it)."""
@@ -52,6 +53,7 @@ class Functions:
             self.func_bytes.pop(old, None)  # workers that have it keep it
             self.fid_seconds.pop(old, None)
             self.fid_sink.pop(old, None)
+            self.fid_hist.pop(old, None)
         return fid
 
     def func_name(self, fid: int) -> str:

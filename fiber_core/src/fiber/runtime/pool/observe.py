@@ -13,6 +13,11 @@ cost per task.
   over the last :data:`WINDOW` seconds.
 * **Workers pending in the cluster's queue**: starting workers whose job the job
   monitor last saw ``PENDING`` (:func:`pending`).
+* **Task times per function**: a histogram of powers of two (:func:`add_time`), one
+  bucket added to per batch that ends, where the pending table already updates its
+  moving mean (a batch's tasks count at the batch's mean time).
+* **The last lost workers** (:func:`record_lost`, when a worker is lost), with the host
+  and job they had.
 
 Everything here is read under the pool's lock, like the rest of the pending table.
 """
@@ -20,20 +25,27 @@ Everything here is read under the pool's lock, like the rest of the pending tabl
 from __future__ import annotations
 
 import collections
+import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fiber.backend.job import JobState
 from fiber.runtime import monitor
 
-__all__ = ["ERRORS_KEPT", "Meter", "RunningTask", "TaskError", "WINDOW", "errors_deque",
-           "in_progress", "pending", "record_errors", "slowest"]
+__all__ = ["ERRORS_KEPT", "FunctionTimes", "LostWorker", "Meter", "RunningTask",
+           "TaskError", "WINDOW", "add_time", "errors_deque", "histogram", "in_progress",
+           "lost_deque", "pending", "record_errors", "record_lost", "slowest"]
 
 ERRORS_KEPT = 10  # failed tasks remembered per pool
 SLOWEST_KEPT = 5  # tasks in progress a snapshot lists, longest running first
 WINDOW = 10.0  # seconds over which throughput is measured
+LOST_KEPT = 20  # lost workers remembered per pool
+# task-time histogram: bucket i counts times in [2**(i + LOWEST), 2**(i + LOWEST + 1)) s,
+# the first also those below, the last those above (about 1 us to 1 hour)
+LOWEST = -20
+BUCKETS = 33
 _SAMPLE_EVERY = 1.0
 
 
@@ -54,6 +66,58 @@ class TaskError:
     task: str
     error: str  # "TypeName: message"
     traceback: str  # the remote traceback ("" when the task did not raise in a worker)
+
+
+@dataclass(frozen=True)
+class LostWorker:
+    """A worker that ended without being let go, as :meth:`fiber.Pool.stats` keeps it."""
+
+    time: float  # when the pool saw it gone (time.time())
+    worker: int  # its id in its pool
+    job_id: str | None  # its job's id on the backend (None: it never had a job)
+    host: str | None  # where it ran, when known
+    # its fiber Process (for its job's log: ``fiber dashboard``), None if it had none
+    process: Any = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class FunctionTimes:
+    """How long a function's tasks took (:attr:`fiber.PoolStats.functions`)."""
+
+    name: str  # the function's qualified name
+    tasks: int  # tasks measured
+    mean: float  # their recent moving mean, seconds
+    # counts per power of two of seconds: bucket i holds times from 2**(i + first) s
+    buckets: tuple[int, ...]
+    first: int = LOWEST
+
+
+def add_time(hist: dict[int, list[int]], fid: int, seconds: float, count: int) -> None:
+    """``count`` tasks of the function ``fid`` took ``seconds`` each."""
+    counts = hist.get(fid)
+    if counts is None:
+        counts = hist[fid] = [0] * BUCKETS
+    index = math.frexp(seconds)[1] - 1 - LOWEST if seconds > 0 else 0
+    counts[min(max(index, 0), BUCKETS - 1)] += count
+
+
+def histogram(name: str, mean: float | None, counts: list[int]) -> FunctionTimes:
+    return FunctionTimes(name, sum(counts), round(mean or 0.0, 6), tuple(counts))
+
+
+def lost_deque() -> collections.deque[LostWorker]:
+    return collections.deque(maxlen=LOST_KEPT)
+
+
+def record_lost(lost: collections.deque[LostWorker], wid: int, process: Any) -> None:
+    """The worker ``wid`` (its fiber Process ``process``, or None) was lost."""
+    job_id = host = None
+    if process is not None:
+        try:
+            job_id, host = process.job_id, process.host
+        except (AttributeError, ValueError):
+            pass
+    lost.append(LostWorker(time.time(), wid, job_id, host, process))
 
 
 def errors_deque() -> collections.deque[TaskError]:

@@ -147,6 +147,7 @@ class Scheduler(Functions, Recall):
         # is replaced only if the adaptive policy still wants it
         self.adaptive = False
         self.errors = observe.errors_deque()  # the last failures (channel.py records them)
+        self.lost_log = observe.lost_deque()  # the last lost workers (Pool.stats)
         # seconds a task (a call, or a chunk of a map) has taken lately: None until
         # measured (:meth:`timed`); long tasks are not batched
         self.task_seconds: float | None = None
@@ -157,6 +158,7 @@ class Scheduler(Functions, Recall):
         # recall by its function's
         self.fid_seconds: dict[int, float] = {}
         self.fid_sink: dict[int, Sink] = {}
+        self.fid_hist: dict[int, list[int]] = {}  # its tasks' times (observe.add_time)
         self.batch_first: dict[int, Task] = {}  # worker id * 2 + line -> its batch's first
         # tasks a map will still queue after its group just queued (submit_chunks'
         # ahead): batches are sized by them too, so that a map queued a group at a time
@@ -303,6 +305,7 @@ class Scheduler(Functions, Recall):
                 seen = self.fid_seconds.get(fid)
                 self.fid_seconds[fid] = sample if seen is None else seen + (sample - seen) * 0.25
                 self.fid_sink[fid] = first.sink
+                observe.add_time(self.fid_hist, fid, sample, count)
         w.since = now
 
     def ready(self, w: Worker, line: int, request: Line) -> None:
@@ -657,6 +660,7 @@ class Scheduler(Functions, Recall):
         if not (w.stopping or w.dismissed):
             self.lost_workers += 1
             self._unreplaced += 1
+            observe.record_lost(self.lost_log, w.id, w.process)
             if self.adaptive and self.target > 0:
                 self.target -= 1
         # the running batch's tasks without a result: the first was in progress, the

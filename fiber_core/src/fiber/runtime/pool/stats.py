@@ -9,11 +9,12 @@ pool's lock, which its caller holds. Both classes are public as ``fiber.PoolStat
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from fiber.runtime.pool import observe
-from fiber.runtime.pool.observe import RunningTask, TaskError
+from fiber.runtime.pool.observe import FunctionTimes, LostWorker, RunningTask, TaskError
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.tasks import BUSY, IDLE, STARTING, STOPPING
 
@@ -33,6 +34,8 @@ class WorkerStats:
     batches: int  # batches it holds: 0, 1, or 2 when it took one in advance
     held: int  # tasks in those batches
     dispatched: int  # tasks sent to it so far
+    since: float = 0.0  # when it was asked for (time.time())
+    placement: str = ""  # the name of the placement it was started in (Pool.adapt)
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,20 @@ class PoolStats:
     adapt: AdaptStats | None = None  # the adaptive pool's state (None: not adapting)
     # the recent tasks' running time, seconds (a moving mean; None before any result)
     task_seconds: float | None = None
+    # how long each function's tasks took lately, a histogram per function
+    functions: tuple[FunctionTimes, ...] = ()
+    recently_lost: tuple[LostWorker, ...] = ()  # the last lost workers, oldest first
 
 
-def snapshot(s: Scheduler, adapt: AdaptStats | None) -> PoolStats:
+def snapshot(s: Scheduler, adapt: AdaptStats | None,
+             placement: Callable[[int], str] | None = None) -> PoolStats:
     """The pool of the pending table ``s`` now (call with the pool's lock held);
-    ``adapt``: the adaptive pool's state, if it adapts."""
+    ``adapt``: the adaptive pool's state, if it adapts; ``placement``: the name of a
+    worker's placement, by its id."""
     workers = tuple(
         WorkerStats(w.id, w.state, w.process, len(w.held),
-                    sum(len(batch) for batch in w.held.values()), w.dispatched)
+                    sum(len(batch) for batch in w.held.values()), w.dispatched, w.born,
+                    "" if placement is None else placement(w.id))
         for w in s.workers.values())
     states = [ws.state for ws in workers]
     now = time.monotonic()
@@ -96,4 +105,7 @@ def snapshot(s: Scheduler, adapt: AdaptStats | None) -> PoolStats:
         pending=observe.pending(ws.process for ws in workers if ws.state == STARTING),
         throughput=s.meter.rate(s.done + s.failed, now),
         slowest=observe.slowest(s.workers.values(), now), errors=tuple(s.errors),
-        recalled=s.recalled, task_seconds=s.task_seconds, adapt=adapt)
+        recalled=s.recalled, task_seconds=s.task_seconds, adapt=adapt,
+        functions=tuple(observe.histogram(s.func_name(fid), s.fid_seconds.get(fid), counts)
+                        for fid, counts in sorted(s.fid_hist.items())),
+        recently_lost=tuple(s.lost_log))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import logging
+import time
 from collections.abc import Iterable
 from typing import Any, Protocol
 
@@ -83,7 +84,7 @@ class Worker:
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
                  "wire", "since", "giving", "sent", "recalling", "recall_line", "awaiting",
-                 "give_open", "direct")
+                 "give_open", "direct", "born")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -110,6 +111,7 @@ class Worker:
         self.recall_line = 0  # the line they were asked back from
         self.awaiting = False  # idle, and tasks were asked back from others for it
         self.give_open = False  # it was asked to open its give line (not closed since)
+        self.born = time.time()  # when it was asked for (Pool.stats' uptime)
 
     @property
     def busy(self) -> bool:

@@ -231,6 +231,10 @@ class WorkerSet:
         self.to_place = []
         del old
 
+    def placement_name(self, wid: int) -> str:
+        """The name of the placement the worker ``wid`` was started in."""
+        return self.placement(self.placement_of.get(wid, 0)).name
+
     def placement(self, index: int) -> Placement:
         """The placement ``index`` (the first for one no longer listed)."""
         return self.placements[index] if index < len(self.placements) else self.placements[0]
