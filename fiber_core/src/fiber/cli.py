@@ -162,6 +162,18 @@ def _build(directory: str, backend: Backend, settings: dict[str, Any]) -> BuiltI
         builder.close()
 
 
+def _known_in_image(env: dict[str, str], backend: str) -> dict[str, str]:
+    """The settings of ``env`` that fiber-core and the backend's plugin know: a made
+    image holds those two (and the program's packages), and a setting of a plugin it
+    lacks would be an unknown setting there (the image builder's own, docker_host for
+    a kubernetes program, stays here)."""
+    known = {option.env_var for option in config.CORE_OPTIONS}
+    for plugin in registry.plugins():
+        if backend in plugin.backends:
+            known.update(option.env_var for option in plugin.options)
+    return {name: value for name, value in env.items() if name in known}
+
+
 def _cmd_build(args: argparse.Namespace) -> int:
     settings = _settings(args)
     backend = registry.get_backend(settings["backend"], settings)
@@ -193,6 +205,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = config.get_config()
     run = uuid.uuid4().hex[:12]
     env = cfg.child_env()
+    if args.build is not None:
+        env = _known_in_image(env, backend.name)
     env["FIBER_BACKEND"] = settings["backend"]
     env["_FIBER_RUN"] = run
     env["PYTHONUNBUFFERED"] = "1"

@@ -135,8 +135,17 @@ def requests(state: dict) -> list[tuple[str, str, int]]:
 
 def blob_uploads(state: dict) -> int:
     """How many blobs (layers and image configurations) were uploaded."""
-    return sum(1 for method, path, status in requests(state)
-               if method == "PUT" and "/blobs/uploads/" in path and status < 300)
+    return len(uploaded(state))
+
+
+def uploaded(state: dict) -> list[str]:
+    """The digests of the blobs uploaded so far, in order (one per completed upload)."""
+    found = []
+    for method, path, status in requests(state):
+        if method == "PUT" and "/blobs/uploads/" in path and status < 300:
+            match = re.search(r"digest=sha256(?:%3A|:)([0-9a-f]{64})", path)
+            found.append(match.group(1)[:12] if match else path)
+    return found
 
 
 def tags(state: dict, repository: str) -> list[str]:
