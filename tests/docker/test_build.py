@@ -87,9 +87,13 @@ def _wheel(directory: Path) -> Path:
 
 
 @pytest.fixture(scope="module")
-def registry(docker_engine):
+def registry(docker_engine, engine_client):
+    """A registry on a new port: its images' names are new to the engine too."""
     state = registry_engine.start()
     yield state
+    for image in engine_client.images.list():
+        if any(tag.startswith(state["address"] + "/") for tag in image.tags):
+            engine_client.images.remove(image.id, force=True)
     directory = state["dir"]
     assert registry_engine.stop(state) == []
     assert not os.path.exists(directory)
@@ -164,8 +168,11 @@ def test_run_build_pushes_reuses_and_sees_an_edit(tmp_path, deps, registry, bare
     assert uploads >= 3  # the base's layer, the packages', the program's, the config
     print(f"first run: {took:.1f} s, {uploads} blobs uploaded")
 
-    # the same program: nothing built or pushed; the engine pulls the image back
-    engine_client.images.remove(reference)
+    # the same program: nothing built or pushed; the engine pulls the image back (the
+    # tag goes, its parents stay: they are the engine's build cache, without which the
+    # edit below would rebuild the packages' layer, whose bytes differ from build to
+    # build, e.g. the directories' times, and push it again)
+    engine_client.images.remove(reference, noprune=True)
     fetched = sum(1 for m, p, s in registry_engine.requests(registry)
                   if m == "GET" and "/blobs/" in p)
     second, took = _fiber(["run", "--build", "--", "python3", "main.py"], prog, env)

@@ -53,10 +53,13 @@ def node_engine(k8s_engine):
 
 
 @pytest.fixture(scope="module")
-def registry(k8s_engine):
+def registry(k8s_engine, node_engine):
     netns = Path(k8s_engine["FK8S_TEST_STATE"], "netns").read_text().strip()
     state = registry_engine.start(netns=netns)
     yield state
+    for image in node_engine.images.list():
+        if any(tag.startswith(state["address"] + "/") for tag in image.tags):
+            node_engine.images.remove(image.id, force=True)
     directory = state["dir"]
     assert registry_engine.stop(state) == []
     assert not os.path.exists(directory)
