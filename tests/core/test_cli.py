@@ -253,3 +253,14 @@ def test_version_lists_every_backend_with_its_package():
                    if line.startswith(f"{info.package} {info.version} ")]
         assert line.count(name) == 1 and ("backend " + name in line
                                           or ", " + name in line), (name, line)
+
+
+def test_build_on_a_backend_without_images_and_without_a_builder(tmp_path):
+    # the local backend runs no images: said before any builder is looked for
+    out = fiber_cli("build", str(tmp_path), "--backend", "local")
+    assert out.returncode == 1
+    assert "the local backend does not run its jobs in images" in out.stderr
+    out = fiber_cli("run", "--build", "--backend", "local", "--", "true")
+    assert out.returncode == 1 and "does not run its jobs in images" in out.stderr
+    out = fiber_cli("run", "--build", "--image", "x:1", "--", "true")
+    assert out.returncode == 2 and "either --image or --build" in out.stderr

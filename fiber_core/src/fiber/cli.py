@@ -5,7 +5,11 @@
                          when there is one)
 ``fiber config``         effective settings and where each comes from
 ``fiber run -- CMD ...`` run CMD itself as a job on the selected backend, stream its
-                         output, exit with its exit code; Ctrl-C terminates the job
+                         output, exit with its exit code; Ctrl-C terminates the job;
+                         with ``--build``, in an image made for the program first
+``fiber build [DIR]``    make the image of the program in DIR (its Dockerfile, or one
+                         made for the launching environment), tag it by content, push
+                         it to the image_registry setting, print its reference
 ``fiber jobs``           fiber's jobs on the selected backend, whichever process made them
 ``fiber clean``          end the jobs of ended programs (orphans) and remove what those
                          programs left on this machine; ``--run ID`` ends one run's
@@ -20,6 +24,7 @@ With no command it prints its help.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import signal
 import sys
@@ -30,8 +35,8 @@ from types import FrameType
 from typing import Any
 
 from fiber._version import __version__
-from fiber.backend import Backend, Job, JobSpec, JobState, registry
-from fiber.errors import BackendError, BackendNotFoundError, ConfigError
+from fiber.backend import Backend, BuiltImage, ImageRequest, Job, JobSpec, JobState, registry
+from fiber.errors import BackendError, BackendNotFoundError, ConfigError, ImageBuildError
 from fiber.runtime import config, leftovers, runs
 
 DESCRIPTION = """\
@@ -43,6 +48,9 @@ setting, `fiber COMMAND --help` what a command does."""
 EPILOG = """examples:
   fiber run -- python main.py                 run main.py as a job (local backend)
   fiber run --backend docker --image img -- python main.py
+  fiber run --backend kubernetes --build -- python main.py
+                                              make main.py's image, push it, run it
+  fiber build                                 only make (and push) the image
   fiber jobs                                  fiber's jobs on the selected backend
   fiber clean                                 end orphaned jobs, remove leftovers
   fiber clean --run 3f2a9c0d1e4b              end the jobs of one run
@@ -112,7 +120,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> dict[str, Any]:
-    chosen = {k: getattr(args, k) for k in ("backend", "cpu", "memory", "gpu", "image")
+    chosen = {k: getattr(args, k) for k in ("backend", "cpu", "memory", "gpu", "image",
+                                            "image_registry")
               if getattr(args, k, None) is not None}
     return config.init(**chosen).as_dict() if chosen else config.get_config().as_dict()
 
@@ -127,6 +136,70 @@ def _show_new_output(backend: Backend, job: Job, shown: int) -> int:
     return max(shown, len(logs))
 
 
+def _image_backends() -> list[str]:
+    """The installed backends whose jobs run in images (capability ``images``)."""
+    names = []
+    for name, info in sorted(registry.backends().items()):
+        try:
+            module_name, _, attribute = info.path.partition(":")
+            target: Any = importlib.import_module(module_name)
+            for part in attribute.split("."):
+                target = getattr(target, part)
+        except (ImportError, AttributeError):
+            continue
+        if "images" in getattr(target, "capabilities", ()):
+            names.append(name)
+    return names
+
+
+def _build(directory: str, backend: Backend, settings: dict[str, Any]) -> BuiltImage:
+    """Make the program's image for ``backend`` with the image builder (its progress
+    on stderr)."""
+    if "images" not in backend.capabilities:
+        raise BackendError(
+            f"the {backend.name} backend does not run its jobs in images, so there is no "
+            f"image to build for it; backends that do: "
+            f"{', '.join(_image_backends()) or 'none installed'}")
+    path = os.path.abspath(directory)
+    if not os.path.isdir(path):
+        raise ImageBuildError(
+            f"cannot build an image of {directory!r}: "
+            + ("it is not a directory" if os.path.exists(path) else "no such directory")
+            + " (give the program's code directory, which holds its main script)")
+    packages = ["fiber-core"]
+    plugin = registry.backends()[backend.name].package
+    if plugin not in packages:
+        packages.append(plugin)
+    request = ImageRequest(directory=path, backend=backend.name, packages=tuple(packages),
+                           registry=settings.get("image_registry"),
+                           base=settings.get("image_base"))
+    builder = registry.get_builder(settings.get("image_builder"), settings)
+    try:
+        return builder.build(request, lambda line: print(f"fiber: {line}", file=sys.stderr))
+    finally:
+        builder.close()
+
+
+def _known_in_image(env: dict[str, str], backend: str) -> dict[str, str]:
+    """The settings of ``env`` that fiber-core and the backend's plugin know: a made
+    image holds those two (and the program's packages), and a setting of a plugin it
+    lacks would be an unknown setting there (the image builder's own, docker_host for
+    a kubernetes program, stays here)."""
+    known = {option.env_var for option in config.CORE_OPTIONS}
+    for plugin in registry.plugins():
+        if backend in plugin.backends:
+            known.update(option.env_var for option in plugin.options)
+    return {name: value for name, value in env.items() if name in known}
+
+
+def _cmd_build(args: argparse.Namespace) -> int:
+    settings = _settings(args)
+    backend = registry.get_backend(settings["backend"], settings)
+    image = _build(args.directory, backend, settings)
+    print(image.reference)
+    return 0
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     command = list(args.command)
     if command and command[0] == "--":
@@ -136,14 +209,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     settings = _settings(args)
-    cfg = config.get_config()
     backend = registry.get_backend(settings["backend"], settings)
+    cwd: str | None = os.getcwd()
+    if args.build is not None:
+        if args.image:
+            print("fiber run: give either --image or --build, not both", file=sys.stderr)
+            return 2
+        built = _build(args.build, backend, settings)
+        # the program and its children run from the image (the image setting in their
+        # environment), in the image's working directory
+        settings = config.init(image=built.reference, **built.settings).as_dict()
+        cwd = None
+    cfg = config.get_config()
     run = uuid.uuid4().hex[:12]
     env = cfg.child_env()
+    if args.build is not None:
+        env = _known_in_image(env, backend.name)
     env["FIBER_BACKEND"] = settings["backend"]
     env["_FIBER_RUN"] = run
     env["PYTHONUNBUFFERED"] = "1"
-    spec = JobSpec(command=command, env=env, cwd=os.getcwd(), image=settings.get("image"),
+    spec = JobSpec(command=command, env=env, cwd=cwd, image=settings.get("image"),
                    cpu=settings.get("cpu"), memory=settings.get("memory"),
                    gpu=settings.get("gpu"), name="fiber-run",
                    labels={"fiber.run": run, "fiber.parent": "cli"})
@@ -427,9 +512,32 @@ def parser() -> argparse.ArgumentParser:
     run.add_argument("--cpu", type=float, help="cores to request for the job")
     run.add_argument("--memory", help="memory to request for the job: MiB, or 4G, 512M")
     run.add_argument("--gpu", type=int, help="GPUs to request for the job")
+    run.add_argument("--build", nargs="?", const=".", metavar="DIR",
+                     help="first make the program's image from DIR (default: the current "
+                     "directory) as `fiber build` does, then run the command there")
+    run.add_argument("--registry", dest="image_registry", metavar="HOST:PORT[/PATH]",
+                     help="with --build: registry to push the image to (default: the "
+                     "image_registry setting)")
     run.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND",
                      help="the command and its arguments, after --")
     run.set_defaults(func=_cmd_run)
+    build = sub.add_parser(
+        "build", help="make (and push) the image of a program",
+        description="Make the container image of the program in DIR (default: the "
+        "current directory) for the backend: from DIR's Dockerfile if it has one, else "
+        "from the image_base setting with the launching Python's version, fiber-core, "
+        "the backend's plugin and the distributions the program imports, installed from "
+        "this environment, and DIR's files as the working directory. The tag is a hash of "
+        "what goes in; a tag that exists is not built again. The image is pushed to the "
+        "image_registry setting, and its reference printed. `fiber run --build` does this "
+        "and runs the program there.")
+    build.add_argument("directory", nargs="?", default=".", metavar="DIR",
+                       help="the program's code directory (default: the current one)")
+    build.add_argument("--backend", metavar="NAME",
+                       help="backend the image is for (default: the backend setting)")
+    build.add_argument("--registry", dest="image_registry", metavar="HOST:PORT[/PATH]",
+                       help="registry to push to (default: the image_registry setting)")
+    build.set_defaults(func=_cmd_build)
     for name, func, text, more in (
             ("jobs", _cmd_jobs, "list fiber's jobs on the backend",
              "List fiber's jobs on the backend, whichever process created them: id, "

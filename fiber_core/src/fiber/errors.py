@@ -15,8 +15,8 @@ __all__ = [
     "NotPrivateError",
     "AuthenticationError", "BackendError", "BackendNotFoundError", "BufferTooShort",
     "ClusterUnreachableError", "ConfigError", "ConnectionLostError", "FiberThreadError",
-    "ForkedProcessError", "HandleError", "JobCreationError", "JournalError",
-    "ListenerLostError", "PluginContractError",
+    "ForkedProcessError", "HandleError", "ImageBuildError", "JobCreationError",
+    "JournalError", "ListenerLostError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
     "SerializationError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
@@ -161,6 +161,12 @@ class JobCreationError(BackendError):
     """The cluster refused or failed to create a job, and trying again would not help
     (a bad request, a missing image, no permission): the core fails at once. The
     message says why and what to do (for example the scheduler's own error text)."""
+
+
+class ImageBuildError(BackendError):
+    """A container image for a program could not be made: its directory does not
+    exist, its Dockerfile failed to build (the message ends with the tail of the build
+    log), or the registry refused the push (its own message). Nothing is run."""
 
 
 class TransientBackendError(BackendError):

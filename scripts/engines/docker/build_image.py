@@ -35,6 +35,8 @@ from pathlib import Path
 logger = logging.getLogger("fiber.docker.testimage")
 
 RECIPE_VERSION = "1"
+#: the same for the bare images (build(bare=True))
+BARE_RECIPE = "2"
 REPOSITORY = "fiber-test-python"
 IMAGE_LABEL = "fiber.test-image"
 EXTRA_FILES = ["/etc/ld.so.cache", "/etc/passwd", "/etc/group", "/etc/nsswitch.conf",
@@ -158,14 +160,17 @@ def linked_libraries(binaries: list[str]) -> set[str]:
     return found
 
 
-def write_tarball(info: dict, out: str) -> None:
-    """The image's root filesystem for ``info`` (see :func:`probe`)."""
+def write_tarball(info: dict, out: str, bare: bool = False) -> None:
+    """The image's root filesystem for ``info`` (see :func:`probe`); ``bare``: the
+    Python installation alone, without any site-packages (no venv, nothing installed)."""
     base, prefix = info["base_prefix"], info["prefix"]
+    if bare:
+        prefix = base
     stdlib = info["stdlib"]
     skip = {os.path.join(stdlib, "test"), os.path.join(base, "include"),
             os.path.join(base, "share"), os.path.join(base, "lib", "pkgconfig")}
     skip.update(str(p) for p in Path(stdlib).glob("config-*"))
-    if prefix != base:  # a venv: the base installation's own packages are not used
+    if prefix != base or bare:  # a venv: the base installation's own packages are not used
         skip.add(info["base_purelib"])
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as raw:
         tar = _Tar(raw)
@@ -177,25 +182,37 @@ def write_tarball(info: dict, out: str) -> None:
         elves = tar.tree(base, skip)
         if prefix != base:
             elves += tar.tree(prefix, set())
-        for path in (info["executable"], os.path.realpath(info["executable"])):
+        executable = info["executable"] if not bare else os.path.realpath(info["executable"])
+        for path in (executable, os.path.realpath(executable)):
             tar.ensure(path)
-        elves += [os.path.realpath(info["executable"]), os.path.realpath("/bin/sh")]
+        elves += [os.path.realpath(executable), os.path.realpath("/bin/sh")]
         for path in EXTRA_FILES:
             tar.ensure(path)
+        if bare and info["prefix"] != base:
+            # the system libraries the venv's extension modules link (a Python image
+            # has the whole C library): not the venv's own files
+            venv = info["prefix"].rstrip("/") + "/"
+            elves += [os.path.join(root, name) for root, _, names in os.walk(venv)
+                      for name in names if name.endswith(".so") or ".so." in name]
         for library in sorted(linked_libraries(elves)):
+            if bare and library.startswith(info["prefix"].rstrip("/") + "/"):
+                continue
             tar.ensure(library)
             tar.ensure(os.path.realpath(library))
 
 
 def build(client, python: str = sys.executable, repository: str = REPOSITORY,
-          workdir: str | None = None) -> str:
+          workdir: str | None = None, bare: bool = False) -> str:
     """Import the image for ``python`` into the engine of ``client`` (a
     ``docker.DockerClient``) unless it is there already; return its tag. Older tags of
-    ``repository`` are removed."""
+    ``repository`` are removed. ``bare``: only the Python installation (nothing of the
+    venv, no site-packages), with its ``bin`` directory first on ``PATH`` (``python3``
+    is that Python): a base image for ``fiber build``'s tests, in which fiber cannot
+    be imported."""
     import docker.errors
 
     info = probe(python)
-    tag = f"{repository}:{image_key(info)}"
+    tag = f"{repository}:{image_key(info)}{'-bare' + BARE_RECIPE if bare else ''}"
     try:
         client.images.get(tag)
         logger.info("test image %s is cached", tag)
@@ -205,17 +222,19 @@ def build(client, python: str = sys.executable, repository: str = REPOSITORY,
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="fiber-image-", dir=workdir) as tmp:
         tarball = os.path.join(tmp, "rootfs.tar")
-        write_tarball(info, tarball)
+        write_tarball(info, tarball, bare)
         size = os.path.getsize(tarball)
+        path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+        if bare:
+            path = os.path.join(info["base_prefix"], "bin") + ":" + path
         client.api.import_image_from_file(
             tarball, repository=repository, tag=tag.split(":", 1)[1],
-            changes=["ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                     f"LABEL {IMAGE_LABEL}=1"],
+            changes=[f"ENV PATH={path}", f"LABEL {IMAGE_LABEL}=1"],
         )
     logger.info("built test image %s (%.0f MB) in %.1fs", tag, size / 1e6,
                 time.monotonic() - started)
     for image in client.images.list(name=repository):
-        if tag not in image.tags:
+        if tag not in image.tags and any(("-bare" in t) == bare for t in image.tags):
             for old in image.tags:
                 client.images.remove(old, force=True)
     return tag

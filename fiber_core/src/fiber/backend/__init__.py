@@ -22,6 +22,7 @@ from typing import Any
 
 from fiber.backend.base import CAPABILITIES, Backend
 from fiber.backend.hookspecs import BackendFactory, hookimpl
+from fiber.backend.images import BuiltImage, ImageBuilder, ImageRequest
 from fiber.backend.job import Job, JobSpec, JobState, JobStatus
 from fiber.backend.options import (
     ConfigOption,
@@ -47,6 +48,7 @@ from fiber.errors import (
     ClusterUnreachableError,
     ConfigError,
     FiberThreadError,
+    ImageBuildError,
     JobCreationError,
     TransientBackendError,
 )
@@ -54,7 +56,8 @@ from fiber.threads import start as start_thread
 
 __all__ = [
     "CAPABILITIES", "CONTRACT_VERSION", "Backend", "BackendError", "BackendFactory", "ClusterUnreachableError", "ConfigError",
-    "ConfigOption", "FiberThreadError", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus", "Plugin",
+    "ConfigOption", "FiberThreadError", "BuiltImage", "ImageBuilder", "ImageBuildError",
+    "ImageRequest", "Job", "Resources", "parse_walltime", "JobCreationError", "JobSpec", "JobState", "JobStatus", "Plugin",
     "SECRETS_FILE_ENV", "SecretsFileError", "TransientBackendError", "hookimpl",
     "start_thread",
     "load_secrets", "parse_bool", "parse_list", "parse_memory",

@@ -48,6 +48,8 @@ CAPABILITIES: dict[str, str] = {
                  "(what `fiber jobs` and `fiber clean` need)",
     "bulk": ":meth:`Backend.create_jobs` / :meth:`Backend.terminate_jobs` act on many "
             "jobs in fewer calls than one per job (a job array, one delete by label)",
+    "images": "jobs run in container images (the image setting): `fiber run --build` "
+              "makes the program's image with an image builder and runs it there",
     "secrets": "the run's secret reaches a job through a private channel, not its "
                "environment (declared by secrets_delivery = 'private', not in the set)",
 }

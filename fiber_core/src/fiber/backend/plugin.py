@@ -11,7 +11,9 @@ A plugin's entry point (group ``fiber``) names one :class:`Plugin` object, for e
     )
 
 ``backends`` maps each backend's name to the dotted path of its factory (usually the
-:class:`~fiber.backend.Backend` subclass), ``module:attribute``. The registry
+:class:`~fiber.backend.Backend` subclass), ``module:attribute``; ``builders``, optional,
+does the same for image builders (:class:`fiber.backend.images.ImageBuilder`, what
+``fiber build`` uses). The registry
 (:mod:`fiber.backend.registry`) imports that module only when the backend is used, so
 the module holding the declaration stays light without any loader of its own.
 ``contract`` is the version of this contract the plugin was written for: write the
@@ -51,11 +53,13 @@ CONTRACT_VERSION = 1
 class Plugin:
     """A plugin's declaration: its distribution ``package`` (the name pip knows, for
     messages), the ``contract`` version it implements, its ``backends`` (name to
-    ``"module:attribute"`` of the factory) and its settings (``options``)."""
+    ``"module:attribute"`` of the factory), its settings (``options``) and its image
+    ``builders`` (name to ``"module:attribute"``, optional)."""
 
     def __init__(self, *, package: str, contract: int, backends: Mapping[str, str],
-                 options: Sequence[ConfigOption] = ()) -> None:
-        for name, path in backends.items():
+                 options: Sequence[ConfigOption] = (),
+                 builders: Mapping[str, str] | None = None) -> None:
+        for name, path in [*backends.items(), *(builders or {}).items()]:
             module, sep, attribute = path.partition(":")
             if not (module and sep and attribute):
                 raise ValueError(
@@ -65,6 +69,7 @@ class Plugin:
         self.contract = contract
         self.backends: Mapping[str, str] = MappingProxyType(dict(backends))
         self.options: tuple[ConfigOption, ...] = tuple(options)
+        self.builders: Mapping[str, str] = MappingProxyType(dict(builders or {}))
 
     def __repr__(self) -> str:
         return (f"Plugin(package={self.package!r}, contract={self.contract!r}, "

@@ -33,14 +33,15 @@ from fiber.backend.discovery import (
     load_entry_points,
     resolve_path,
 )
+from fiber.backend.images import ImageBuilder
 from fiber.backend.options import ConfigOption
 from fiber.backend.plugin import Plugin
 from fiber.errors import BackendNotFoundError, PluginContractError
 
 __all__ = ["BackendInfo", "BackendNotFoundError", "BrokenPlugin", "PluginContractError",
-           "backend_fault", "backends", "broken", "broken_backend", "config_options",
-           "get_backend", "install_hint", "not_found", "plugin_manager", "plugins", "quiet_in_jobs",
-           "reset", "reset_instances"]
+           "backend_fault", "backends", "broken", "broken_backend", "builders",
+           "config_options", "get_backend", "get_builder", "install_hint", "not_found",
+           "plugin_manager", "plugins", "quiet_in_jobs", "reset", "reset_instances"]
 
 logger = logging.getLogger("fiber")
 
@@ -210,6 +211,50 @@ def backends() -> dict[str, BackendInfo]:
                            _broken[-1].describe())
             _backends = found
         return _backends
+
+
+def builders() -> dict[str, BackendInfo]:
+    """Every installed image builder by name (:class:`BackendInfo` describes it as it
+    does a backend: its name, dotted path and package)."""
+    found: dict[str, BackendInfo] = {}
+    for plugin in plugins():
+        version = _versions.get(id(plugin)) or distribution_version(plugin.package)
+        for name, path in plugin.builders.items():
+            if name in found:
+                raise BackendNotFoundError(
+                    f"image builder {name!r} is provided twice, by {found[name].package} "
+                    f"and by {plugin.package}: uninstall one of them")
+            found[name] = BackendInfo(name, path, plugin.package, version)
+    return found
+
+
+def get_builder(name: str | None, options: Mapping[str, Any]) -> ImageBuilder:
+    """A new image builder: the one called ``name``, or with None the only one
+    installed; created with the effective settings ``options``. The caller closes it."""
+    found = builders()
+    if name is None:
+        if len(found) != 1:
+            raise BackendNotFoundError(
+                "no image builder is installed: install the fiber-docker plugin, which "
+                "builds images with a Docker engine (`pip install ./plugins/fiber-docker` "
+                "from a clone of fiber's repository)" if not found else
+                f"several image builders are installed ({', '.join(sorted(found))}): "
+                "choose one with the image_builder setting (FIBER_IMAGE_BUILDER)")
+        name = next(iter(found))
+    info = found.get(name)
+    if info is None:
+        raise BackendNotFoundError(
+            f"no installed plugin provides the image builder {name!r} (image_builder "
+            f"setting; installed builders: {', '.join(sorted(found)) or 'none'})")
+    target, fault = resolve_path(info.path)
+    if fault is not None:
+        raise BackendNotFoundError(
+            f"image builder {name!r} of {info.package} {info.version} names the class "
+            f"{info.path!r}, which does not resolve: {fault}")
+    builder: ImageBuilder = target(options)
+    if not getattr(builder, "name", ""):
+        builder.name = name
+    return builder
 
 
 def config_options() -> list[ConfigOption]:

@@ -71,6 +71,14 @@ def parse_log_level(value: Any) -> str:
 CORE_OPTIONS = [
     ConfigOption("backend", str, "local", "the backend that runs job-backed processes"),
     ConfigOption("image", str, None, "container image of jobs (container backends)"),
+    ConfigOption("image_registry", str, None,
+                 "registry that `fiber build` and `fiber run --build` push images to, "
+                 "host:port[/path] (default: none, the image stays on the builder's engine)"),
+    ConfigOption("image_base", str, None,
+                 "image a generated image starts from: it must have python3 of the "
+                 "launching Python's version (default: python:X.Y-slim)"),
+    ConfigOption("image_builder", str, None,
+                 "image builder of `fiber build` (default: the one installed)"),
     ConfigOption("cpu", parse_positive_float, None,
                  "cores requested per job (the local backend does not enforce it)"),
     ConfigOption("memory", parse_memory, None, "memory requested per job, MiB (accepts "

@@ -66,6 +66,14 @@ _SYSTEM_DIRS = {"/", "/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/proc",
                 "/sbin", "/sys", "/usr", "/var"}
 
 
+def names_registry(image: str) -> bool:
+    """Whether ``image`` names the registry it comes from (``host:port/...``,
+    ``registry.example.com/...``, ``localhost/...``): such an image is pulled when the
+    engine lacks it."""
+    first, sep, _ = image.partition("/")
+    return bool(sep) and ("." in first or ":" in first or first == "localhost")
+
+
 def _container_name(spec_name: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec_name).strip("-_.")[:40] or "job"
     if not safe.startswith("fiber"):
@@ -77,7 +85,7 @@ class DockerBackend(Backend):
     """Jobs as containers of one Docker engine (see the module docstring)."""
 
     name = "docker"
-    capabilities = frozenset({"logs", "list_jobs"})
+    capabilities = frozenset({"logs", "list_jobs", "images"})
     poll_interval = 0.5
     secrets_delivery = "private"  # a file copied into the container (secretfile)
     # create_jobs/terminate_jobs (the contract's defaults) make this many engine calls
@@ -103,6 +111,7 @@ class DockerBackend(Backend):
         self._keep = bool(options.get("docker_keep_containers", False))
         self._pid_host = bool(options.get("docker_pid_host", True))
         self._lock = threading.RLock()
+        self._pull_lock = threading.Lock()
         self._client: docker.DockerClient | None = None
         self._address = ""
         self._own: dict | None = None
@@ -286,25 +295,31 @@ class DockerBackend(Backend):
         labels = {str(k): str(v) for k, v in spec.labels.items()}
         labels.update({BACKEND_LABEL: self.name, NAME_LABEL: spec.name})
         name = _container_name(spec.name)
-        try:
-            created = self._api(
-                "create a container", client.api.create_container,
-                image=image, command=list(spec.command), environment=env,
-                working_dir=spec.cwd or None, labels=labels, name=name,
-                host_config=self._host_config(client, spec, mounts), detach=True,
-            )
-        except ClusterUnreachableError:
-            with self._lock:
-                self._unsure.add(name)  # the engine may have made it all the same
-            raise
-        except docker_errors.ImageNotFound:
-            raise JobCreationError(
-                f"image {image!r} is not on the Docker engine at {self._address}: build it "
-                f"(`docker build` / `docker import`) or pull it (`docker pull {image}`) on that "
-                "engine, or set the image setting (FIBER_IMAGE) to an image the engine has"
-            ) from None
-        except docker_errors.APIError as exc:
-            raise self._refused("create a container for", spec, image, exc) from None
+        for attempt in (1, 2):
+            try:
+                created = self._api(
+                    "create a container", client.api.create_container,
+                    image=image, command=list(spec.command), environment=env,
+                    working_dir=spec.cwd or None, labels=labels, name=name,
+                    host_config=self._host_config(client, spec, mounts), detach=True,
+                )
+                break
+            except ClusterUnreachableError:
+                with self._lock:
+                    self._unsure.add(name)  # the engine may have made it all the same
+                raise
+            except docker_errors.ImageNotFound:
+                if attempt == 1 and names_registry(image):
+                    self._pull(client, image)
+                    continue
+                raise JobCreationError(
+                    f"image {image!r} is not on the Docker engine at {self._address}: build "
+                    "it (`fiber build`, `docker build` / `docker import`) or pull it (`docker "
+                    f"pull {image}`) on that engine, or set the image setting (FIBER_IMAGE) "
+                    "to an image the engine has"
+                ) from None
+            except docker_errors.APIError as exc:
+                raise self._refused("create a container for", spec, image, exc) from None
         container_id = created["Id"]
         if spec.secrets:
             self._put_secrets(client, container_id, spec, image)
@@ -323,6 +338,26 @@ class DockerBackend(Backend):
             self._jobs[container_id] = job
         logger.debug("job %s is container %s (image %s)", spec.name, container_id[:12], image)
         return job
+
+    def _pull(self, client: docker.DockerClient, image: str) -> None:
+        """Pull ``image`` (which names its registry) onto the engine, once for all the
+        jobs that miss it."""
+        with self._pull_lock:
+            try:
+                self._api("inspect an image", client.api.inspect_image, image)
+                return  # another job's pull brought it
+            except docker_errors.ImageNotFound:
+                pass
+            repository, _, tag = image.rpartition(":")
+            if "/" in tag or not repository:
+                repository, tag = image, "latest"
+            logger.info("pulling %s onto the Docker engine at %s", image, self._address)
+            try:
+                self._api("pull an image", client.api.pull, repository, tag=tag)
+            except docker_errors.APIError as exc:
+                raise JobCreationError(
+                    f"image {image!r} is not on the Docker engine at {self._address}, and "
+                    f"pulling it failed: {exc.explanation or exc}") from None
 
     def _image_user(self, client: docker.DockerClient, image: str) -> str:
         with self._lock:

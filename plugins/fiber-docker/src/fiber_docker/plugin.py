@@ -60,5 +60,7 @@ plugin = Plugin(
     package="fiber-docker",
     contract=1,  # the version of fiber's plugin contract this package implements
     backends={"docker": "fiber_docker.backend:DockerBackend"},
+    # `fiber build` / `fiber run --build`, for the docker and kubernetes backends
+    builders={"docker": "fiber_docker.builder:DockerImageBuilder"},
     options=OPTIONS,
 )

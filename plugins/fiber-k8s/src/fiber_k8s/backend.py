@@ -54,7 +54,7 @@ class KubernetesBackend(Backend):
     """Jobs as pods of a Kubernetes cluster."""
 
     name = "kubernetes"
-    capabilities = frozenset({"logs", "list_jobs"})
+    capabilities = frozenset({"logs", "list_jobs", "images"})
     resource_fields = frozenset({"cpu", "memory", "gpu", "walltime"})
     #: Resources.extra["kubernetes"] keys (see fiber_k8s.manifest)
     resource_extras = frozenset({"node_selector", "tolerations", "resources",
