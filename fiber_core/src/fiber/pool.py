@@ -484,10 +484,12 @@ class Pool:
         self.terminate()
 
     def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
-        # as multiprocessing's: collected while running, neither closed nor terminated
+        # as multiprocessing's: collected while running, neither closed nor terminated;
+        # its text, so that a warnings filter written for multiprocessing's matches
         scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
         if scheduler is not None and scheduler.pool_state() == RUN:
-            _warn(f"unclosed running fiber pool {self!r}", ResourceWarning, source=self)
+            _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning,
+                  source=self)
 
     def __repr__(self) -> str:
         s = self._scheduler
