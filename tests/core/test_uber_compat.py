@@ -252,3 +252,67 @@ def test_a_ring_members_jobs_ask_for_what_its_func_requests():
     with pytest.raises(ConfigError, match="cannot honour a gpu request"):
         ring.run(timeout=120)
     assert not any(member.is_alive() for member in ring.members)
+
+
+def test_fiber_config_reads_uber_fibers_types_and_defaults(fresh_config, fresh_warnings):
+    """uber/fiber's programs read ``fiber.config.cpu_per_job`` (an int, 1 by default)
+    and ``fiber.config.log_level`` (a logging level number); fiber's own settings keep
+    theirs. Before: None and "WARNING"."""
+    import logging
+
+    import fiber.config as fiber_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert (fiber_config.cpu_per_job, fiber_config.log_level) == (1, logging.WARNING)
+        assert fiber_config.use_push_queue is True  # uber/fiber's default, ignored here
+        fiber_config.log_level = "info"
+        fiber_config.cpu_per_job = 2
+        assert fiber_config.log_level == logging.INFO
+        assert fiber_config.cpu_per_job == 2 and type(fiber_config.cpu_per_job) is int
+        old = fiber_config.get_object()
+        assert (old.cpu_per_job, old.log_level) == (2, logging.INFO)
+        assert fiber_config.get_dict()["log_level"] == logging.INFO
+    # fiber's own view is unchanged: level names, cores as a number
+    assert (config.get_config().log_level, config.get_config().cpu) == ("INFO", 2.0)
+
+
+def where(_):
+    """(this worker's pid, its job's pid) after 20 ms."""
+    import time
+
+    time.sleep(0.02)
+    return os.getpid(), os.getppid()
+
+
+def _jobs_of(pool):
+    """{job pid: (its workers, its request as (cpu, memory))}."""
+    jobs = {}
+    for w in pool.stats().workers:
+        spec = w.process.job.spec
+        jobs.setdefault(w.process.pid, [0, (spec.cpu, spec.memory)])[0] += 1
+    return {pid: tuple(v) for pid, v in jobs.items()}
+
+
+def test_cpu_per_job_packs_pool_workers_into_jobs_as_uber_fiber_did(fresh_config,
+                                                                      fresh_warnings):
+    """uber/fiber 0.2 with ``cpu_per_job=2``: ``Pool(4)`` ran two jobs of two workers,
+    each job asking for 2 cores (and ``mem_per_job``). Before: four jobs of one worker,
+    each asking for 2 cores. fiber's own ``cpu`` keeps its meaning (every job, so every
+    worker, gets that many); a pool that names ``workers_per_job`` or a cpu request is
+    taken at its word."""
+    with pytest.warns(DeprecationWarning):
+        fiber.init(cpu_per_job=2, mem_per_job=512)
+    with fiber.Pool(4) as pool:
+        ran = pool.map(where, range(40), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(2, (2.0, 512))] * 2
+        # each job's workers are its own children (a job of one worker is a child of
+        # the local backend's template)
+        assert {ppid for _, ppid in ran} == set(_jobs_of(pool))
+    with fiber.Pool(2, workers_per_job=1) as pool:
+        pool.map(where, range(4), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(1, (2.0, 512))] * 2
+    fiber.init(cpu=2, memory=512)  # fiber's names: a job per worker, as asked
+    with fiber.Pool(2) as pool:
+        pool.map(where, range(4), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(1, (2.0, 512))] * 2

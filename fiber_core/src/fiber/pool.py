@@ -106,7 +106,9 @@ class Pool:
     request, checked by the backend before any worker starts; ``workers_per_job``
     (default 1) runs that many workers in each job, which asks for ``resources`` times
     that many (a site that grants whole nodes: ``Pool(64, workers_per_job=32,
-    resources={"cpu": 1})`` is two jobs of 32 CPUs); the pool still counts workers,
+    resources={"cpu": 1})`` is two jobs of 32 CPUs; uber/fiber 0.2's ``cpu_per_job=N``
+    setting, with neither given, means ``workers_per_job=N`` and one core per worker,
+    as uber/fiber packed its workers); the pool still counts workers,
     and a job that is lost loses its workers, whose tasks go to others as any lost
     worker's. ``context``: a fiber
     context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
@@ -123,7 +125,7 @@ class Pool:
                  max_task_attempts: int | None = None,
                  error_handling: bool | None = None,
                  resources: Resources | Mapping[str, Any] | None = None,
-                 workers_per_job: int = 1) -> None:
+                 workers_per_job: int | None = None) -> None:
         if error_handling is not None:
             util.warn_deprecated(
                 "Pool(error_handling)",
@@ -142,6 +144,9 @@ class Pool:
         ctx: Any = context if run.carries(context) else None
         target = run.of(ctx)
         process_class = ctx.Process if ctx is not None else Process
+        # uber/fiber's cpu_per_job packs workers into jobs (unless the pool says how)
+        resources, workers_per_job = placement.uber_packing(target, resources,
+                                                            workers_per_job)
         # checked by the backend before any worker starts
         checks.workers_per_job(workers_per_job)
         # each worker's request; a job of several workers asks for it times their number
