@@ -85,3 +85,19 @@ def test_same_names_are_the_same_objects_where_fiber_reuses_multiprocessing():
     import queue
 
     assert fiber.queues.Empty is queue.Empty and fiber.queues.Full is queue.Full
+
+
+def test_fibers_public_looking_names_are_its_api_or_its_submodules():
+    """As multiprocessing's: every name of a freshly imported ``fiber`` that does not
+    start with ``_`` is in ``__all__`` or is a submodule (before: ``TYPE_CHECKING``,
+    ``annotations`` and ``importlib`` looked public, outside ``__all__``)."""
+    import subprocess
+    import sys
+
+    code = ("import types, fiber\n"
+            "print(sorted(n for n in dir(fiber) if not n.startswith('_') and n not in "
+            "fiber.__all__ and not isinstance(getattr(fiber, n), types.ModuleType)))\n"
+            "print(hasattr(fiber, 'TYPE_CHECKING'))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=60, check=True).stdout
+    assert out.splitlines() == ["[]", "False"], out

@@ -163,7 +163,7 @@ def test_uber_fiber_examples_run_unchanged(script, expected, tmp_path):
       "'log_file' (from fiber.init()) is deprecated: ignored",
       "'use_push_queue' (from fiber.init()) is deprecated: ignored",
       "fiber.config.get_dict() is deprecated"]),
-    ("ex_old_names.py", ["pipe 42 True", "queue SimpleQueue", "queue SimpleQueue",
+    ("ex_old_names.py", ["pipe 42 True", "queue SimpleQueuePush", "queue SimpleQueue",
                          "pool [1, 8, 27]", "pool [1, 8, 27]", "config local",
                          "listen 127.0.0.1 0 True"],
      ["fiber.queues.Pipe is deprecated: use fiber.Pipe",
@@ -252,3 +252,149 @@ def test_a_ring_members_jobs_ask_for_what_its_func_requests():
     with pytest.raises(ConfigError, match="cannot honour a gpu request"):
         ring.run(timeout=120)
     assert not any(member.is_alive() for member in ring.members)
+
+
+def test_fiber_config_reads_uber_fibers_types_and_defaults(fresh_config, fresh_warnings):
+    """uber/fiber's programs read ``fiber.config.cpu_per_job`` (an int, 1 by default)
+    and ``fiber.config.log_level`` (a logging level number); fiber's own settings keep
+    theirs. Before: None and "WARNING"."""
+    import logging
+
+    import fiber.config as fiber_config
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        assert (fiber_config.cpu_per_job, fiber_config.log_level) == (1, logging.WARNING)
+        assert fiber_config.use_push_queue is True  # uber/fiber's default, ignored here
+        fiber_config.log_level = "info"
+        fiber_config.cpu_per_job = 2
+        assert fiber_config.log_level == logging.INFO
+        assert fiber_config.cpu_per_job == 2 and type(fiber_config.cpu_per_job) is int
+        old = fiber_config.get_object()
+        assert (old.cpu_per_job, old.log_level) == (2, logging.INFO)
+        assert fiber_config.get_dict()["log_level"] == logging.INFO
+    # fiber's own view is unchanged: level names, cores as a number
+    assert (config.get_config().log_level, config.get_config().cpu) == ("INFO", 2.0)
+
+
+def where(_):
+    """(this worker's pid, its job's pid) after 20 ms."""
+    import time
+
+    time.sleep(0.02)
+    return os.getpid(), os.getppid()
+
+
+def _jobs_of(pool):
+    """{job pid: (its workers, its request as (cpu, memory))}."""
+    jobs = {}
+    for w in pool.stats().workers:
+        spec = w.process.job.spec
+        jobs.setdefault(w.process.pid, [0, (spec.cpu, spec.memory)])[0] += 1
+    return {pid: tuple(v) for pid, v in jobs.items()}
+
+
+def test_cpu_per_job_packs_pool_workers_into_jobs_as_uber_fiber_did(fresh_config,
+                                                                      fresh_warnings):
+    """uber/fiber 0.2 with ``cpu_per_job=2``: ``Pool(4)`` ran two jobs of two workers,
+    each job asking for 2 cores (and ``mem_per_job``). Before: four jobs of one worker,
+    each asking for 2 cores. fiber's own ``cpu`` keeps its meaning (every job, so every
+    worker, gets that many); a pool that names ``workers_per_job`` or a cpu request is
+    taken at its word."""
+    with pytest.warns(DeprecationWarning):
+        fiber.init(cpu_per_job=2, mem_per_job=512)
+    with fiber.Pool(4) as pool:
+        ran = pool.map(where, range(40), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(2, (2.0, 512))] * 2
+        # each job's workers are its own children (a job of one worker is a child of
+        # the local backend's template)
+        assert {ppid for _, ppid in ran} == set(_jobs_of(pool))
+    with fiber.Pool(2, workers_per_job=1) as pool:
+        pool.map(where, range(4), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(1, (2.0, 512))] * 2
+    fiber.init(cpu=2, memory=512)  # fiber's names: a job per worker, as asked
+    with fiber.Pool(2) as pool:
+        pool.map(where, range(4), chunksize=1)
+        assert sorted(_jobs_of(pool).values()) == [(1, (2.0, 512))] * 2
+
+
+def _push_reader(q, control, out, read_at_once):
+    """Join ``q``'s readers (a get that finds nothing), say so, then read: at once, or
+    when ``control`` says; report what was read, until a get finds nothing for 2 s."""
+    import queue as std_queue
+
+    try:
+        q.get(timeout=0)
+    except std_queue.Empty:
+        pass
+    out.put("joined")
+    if not read_at_once:
+        control.get(timeout=60)
+    got = []
+    while True:
+        try:
+            got.append(q.get(timeout=2))
+        except std_queue.Empty:
+            break
+    out.put(got)
+
+
+def test_simple_queue_push_pushes_round_robin_as_uber_fiber_did(fresh_warnings):
+    """uber/fiber's SimpleQueuePush gave items to its readers in turn: an item waits for
+    its reader even while another is idle. Two readers, one not reading yet: the reading
+    one gets every other item, not all of them (before: all 6, SimpleQueue's semantics);
+    the other one gets the rest when it reads."""
+    with pytest.warns(DeprecationWarning, match="SimpleQueuePush is deprecated"):
+        from fiber.queues import SimpleQueuePush
+
+        q = SimpleQueuePush()
+    control, out_a, out_b = fiber.SimpleQueue(), fiber.SimpleQueue(), fiber.SimpleQueue()
+    a = fiber.Process(target=_push_reader, args=(q, control, out_a, False))
+    b = fiber.Process(target=_push_reader, args=(q, control, out_b, True))
+    for p, out in ((a, out_a), (b, out_b)):  # a joins the turn first, then b
+        p.start()
+        assert out.get(timeout=60) == "joined"
+    for i in range(6):
+        q.put(i)
+    got_b = out_b.get(timeout=60)
+    control.put("read")
+    got_a = out_a.get(timeout=60)
+    a.join(60)
+    b.join(60)
+    assert (a.exitcode, b.exitcode) == (0, 0)
+    assert (got_a, got_b) == ([0, 2, 4], [1, 3, 5])
+
+
+def _push_leaver(q, out, control):
+    import queue as std_queue
+
+    try:
+        q.get(timeout=0)
+    except std_queue.Empty:
+        pass
+    out.put("joined")
+    control.get(timeout=60)  # leaves when told, its share unread
+
+
+def test_simple_queue_push_gives_a_gone_readers_items_to_the_others(fresh_warnings):
+    """A reader that leaves without reading its share: uber/fiber lost those items;
+    fiber gives them to the readers left (here this process), nothing dropped."""
+    with pytest.warns(DeprecationWarning):
+        from fiber.queues import SimpleQueuePush
+
+        q = SimpleQueuePush()
+    out, control = fiber.SimpleQueue(), fiber.SimpleQueue()
+    try:
+        q.get(timeout=0)  # this process joins the turn first
+    except Exception:  # noqa: BLE001 - queue.Empty
+        pass
+    leaver = fiber.Process(target=_push_leaver, args=(q, out, control))
+    leaver.start()
+    assert out.get(timeout=60) == "joined"
+    for i in range(4):
+        q.put(i)
+    assert [q.get(timeout=10) for _ in range(2)] == [0, 2]  # this process's share
+    control.put("leave")
+    leaver.join(60)
+    assert leaver.exitcode == 0
+    assert sorted(q.get(timeout=30) for _ in range(2)) == [1, 3]  # the leaver's

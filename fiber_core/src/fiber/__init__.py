@@ -15,12 +15,14 @@ or a backend is needed.
 
 from __future__ import annotations
 
-import importlib
+import importlib as _importlib
 
 from fiber._version import __version__
 
 # as typing.TYPE_CHECKING (type checkers take it so), for start-up time: importing
-# typing would be most of the time of a bare `import fiber`
+# typing would be most of the time of a bare `import fiber`; deleted at the end of the
+# module, with the future import's name, so that every public-looking name of the
+# module is in __all__ or is a submodule, as multiprocessing's (issue #43)
 TYPE_CHECKING = False
 
 # the names that are the default context's (fiber.context), as multiprocessing's are
@@ -52,15 +54,15 @@ __all__ = [*_OF_DEFAULT_CONTEXT, *_WHERE]
 
 def __getattr__(name: str) -> Any:
     if name == "config":  # uber/fiber 0.2's settings module (deprecated): fiber.config
-        return importlib.import_module("fiber.config")
+        return _importlib.import_module("fiber.config")
     if name in _OF_DEFAULT_CONTEXT:
-        context = importlib.import_module("fiber.context")
+        context = _importlib.import_module("fiber.context")
         value = getattr(context._default_context, name)
     else:
         where = _WHERE.get(name)
         if where is None:
             raise AttributeError(f"module 'fiber' has no attribute {name!r}")
-        value = getattr(importlib.import_module(where), name)
+        value = getattr(_importlib.import_module(where), name)
     globals()[name] = value  # the next access is a plain attribute
     return value
 
@@ -115,3 +117,5 @@ if TYPE_CHECKING:  # what type checkers and IDEs see
         Semaphore,
     )
     from fiber.util import get_logger, log_to_stderr
+
+del TYPE_CHECKING, annotations

@@ -33,8 +33,10 @@ if TYPE_CHECKING:  # imported when a process starts (start-up time)
 __all__ = ["BaseProcess", "Process", "current_process", "parent_process", "active_children"]
 
 _children: set[Process] = set()
-#: children whose job ended and that _cleanup has not looked at yet
-_ended_children: collections.deque[Process] = collections.deque()
+#: children whose job ended and that _cleanup has not looked at yet, weakly: a child
+#: that was joined or closed is in no list of this module, and a closed one that the
+#: program no longer refers to is freed at once, as multiprocessing's
+_ended_children: collections.deque[weakref.ref[Process]] = collections.deque()
 #: seconds the exit waits for daemonic children, before and after forcing their end
 DAEMON_JOIN_WAIT = 5.0
 _counter = itertools.count(1)
@@ -106,7 +108,8 @@ class Process:
         with _lock:
             _children.add(self)
         # its end queues it for the next _cleanup (which then looks at no live child)
-        self._popen.add_done_callback(functools.partial(_ended_children.append, self))
+        self._popen.add_done_callback(
+            functools.partial(_ended_children.append, weakref.ref(self)))
         util.at_exit("children", util.CHILDREN, _main_exit)
         del self._target, self._args, self._kwargs
 
@@ -414,9 +417,11 @@ def _cleanup() -> None:
     issue #29). A child's job calls back when it ends (JobPopen.add_done_callback)."""
     while _ended_children:
         try:
-            p = _ended_children.popleft()
+            p = _ended_children.popleft()()
         except IndexError:  # another thread took the last one
             return
+        if p is None:
+            continue  # closed and freed: it left _children when it was closed
         if p._popen is None or p._popen.poll() is not None:
             with _lock:
                 _children.discard(p)

@@ -86,10 +86,14 @@ class Queue:
         # served on the hub its context's jobs reach (None: the default context's)
         hub = run.of(ctx).hub()
         # its items go with it; served on the stream wire too, for forked children
-        cid = hub.add_channel(QueueChannel(Mailbox(hub, maxsize)), stream=True)
+        cid = hub.add_channel(QueueChannel(self._new_mailbox(hub, maxsize)), stream=True)
         self._attach(hub.address, cid, maxsize)
         self._finalizer = weakref.finalize(self, hub.remove_channel, cid)
         self._finalizer.atexit = False  # children may use it until fiber's exit path
+
+    @staticmethod
+    def _new_mailbox(hub: transport.Hub, maxsize: int) -> Mailbox:
+        return Mailbox(hub, maxsize)
 
     def _attach(self, address: str, cid: int, maxsize: int) -> None:
         self._maxsize = maxsize
@@ -215,6 +219,24 @@ class SimpleQueue(Queue):
 
     def __init__(self, *, ctx: Any = None) -> None:
         super().__init__(0, ctx=ctx)
+
+
+class SimpleQueuePush(SimpleQueue):
+    """uber/fiber 0.2's ``SimpleQueuePush`` (deprecated: use :class:`SimpleQueue`): its
+    items are pushed to its readers in turn, round-robin, as uber/fiber's were, rather
+    than taken by whichever reader asks first (:mod:`fiber.runtime.push_mailbox`)."""
+
+    def __init__(self, *, ctx: Any = None) -> None:
+        util.warn_deprecated("fiber.queues.SimpleQueuePush",
+                             "fiber.queues.SimpleQueuePush is deprecated: use fiber.SimpleQueue "
+                             "(whose items go to whichever reader asks first)")
+        super().__init__(ctx=ctx)
+
+    @staticmethod
+    def _new_mailbox(hub: transport.Hub, maxsize: int) -> Mailbox:
+        from fiber.runtime.push_mailbox import PushMailbox  # (only uber's programs)
+
+        return PushMailbox(hub)
 
 
 class QueueReader:
@@ -354,7 +376,6 @@ _register()
 _OLD_NAMES = {
     "Pipe": ("fiber.connection", "Pipe", "fiber.Pipe"),
     "ZConnection": ("fiber.connection", "Connection", "fiber.connection.Connection"),
-    "SimpleQueuePush": ("fiber.queues", "SimpleQueue", "fiber.SimpleQueue"),
     "SimpleQueuePull": ("fiber.queues", "SimpleQueue", "fiber.SimpleQueue"),
 }
 

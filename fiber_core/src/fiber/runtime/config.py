@@ -137,6 +137,13 @@ DEPRECATED: dict[str, tuple[str | None, str]] = {
 }
 
 
+def _old_spellings(settings: Mapping[str, Any]) -> dict[str, str]:
+    """The new names whose value ``settings`` give under uber/fiber 0.2's name (no new
+    name beside it): new name -> old name."""
+    return {new: key for key, (new, _) in DEPRECATED.items()
+            if key in settings and new is not None and new not in settings}
+
+
 class _WouldWarn(Exception):
     """Settings that use a deprecated name, computed with ``quiet=True``."""
 
@@ -174,6 +181,10 @@ class Config:
     values: dict[str, Any] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)
     options: dict[str, ConfigOption] = field(default_factory=dict)
+    #: settings whose value was given under uber/fiber 0.2's name, new name -> old
+    #: (``cpu`` given as ``cpu_per_job``: a Pool then packs workers into jobs as
+    #: uber/fiber did, :func:`fiber.runtime.pool.placement.uber_packing`)
+    old_names: dict[str, str] = field(default_factory=dict)
 
     def __getattr__(self, name: str) -> Any:
         try:
@@ -337,13 +348,15 @@ def _compute(code_settings: Mapping[str, Any] | None, environ: Mapping[str, str]
         cfg.values[name] = opt.default
         cfg.sources[name] = "default"
     for path in config_files(environ, cwd):
-        for key, raw in _translate(_read_file(path), str(path), quiet).items():
+        in_file = _read_file(path)
+        for key, raw in _translate(in_file, str(path), quiet).items():
             if key not in options:
                 raise _unknown(key, str(path), options)
             if not raw:
                 continue  # empty: as if not set
             cfg.values[key] = options[key].convert(raw, str(path))
             cfg.sources[key] = str(path)
+            _spelled(cfg, key, in_file)
     from_env = {var[len(ENV_PREFIX):].lower(): raw for var, raw in environ.items()
                 if var.startswith(ENV_PREFIX) and var not in NOT_SETTINGS}
     for key, raw in _translate(from_env, "the environment", quiet).items():
@@ -354,12 +367,24 @@ def _compute(code_settings: Mapping[str, Any] | None, environ: Mapping[str, str]
             continue  # FIBER_X= is the same as unset
         cfg.values[key] = options[key].convert(raw, f"environment variable {var}")
         cfg.sources[key] = "environment"
+        _spelled(cfg, key, from_env)
     for key, raw in _translate(code_settings or {}, "fiber.init()").items():
         if key not in options:
             raise _unknown(key, "fiber.init()", options)
         cfg.values[key] = options[key].convert(raw, "fiber.init()")
         cfg.sources[key] = "code"
+        _spelled(cfg, key, code_settings or {})
     return cfg
+
+
+def _spelled(cfg: Config, key: str, settings: Mapping[str, Any]) -> None:
+    """Record whether ``key``'s value, just taken from ``settings``, was given under
+    uber/fiber's name (:attr:`Config.old_names`); a later source's wins."""
+    old = _old_spellings(settings).get(key)
+    if old is None:
+        cfg.old_names.pop(key, None)
+    else:
+        cfg.old_names[key] = old
 
 
 def _apply(cfg: Config) -> None:
@@ -378,12 +403,13 @@ def overlay(base: Config, settings: Mapping[str, Any], source: str) -> Config:
     """``base`` with ``settings`` on top, each validated as ``fiber.init`` validates
     its own (an unknown setting or a bad value raises ConfigError naming it and
     ``source``). The overrides count as given in code (children get them)."""
-    cfg = Config(dict(base.values), dict(base.sources), base.options)
+    cfg = Config(dict(base.values), dict(base.sources), base.options, dict(base.old_names))
     for key, raw in _translate(settings, source).items():
         if key not in cfg.options:
             raise _unknown(key, source, cfg.options)
         cfg.values[key] = cfg.options[key].convert(raw, source)
         cfg.sources[key] = "code"
+        _spelled(cfg, key, settings)
     return cfg
 
 

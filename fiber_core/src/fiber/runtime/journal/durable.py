@@ -49,7 +49,7 @@ class Recorder:
     """A sink that journals the results of ``positions`` (the items a durable call
     runs, ascending) and hands every outcome on to ``sink`` at those positions."""
 
-    __slots__ = ("sink", "journal", "call", "positions", "hashes", "single")
+    __slots__ = ("sink", "journal", "call", "positions", "hashes", "single", "__weakref__")
 
     def __init__(self, sink: Any, journal: Journal, call: int, positions: Sequence[int],
                  hashes: Sequence[bytes], single: bool = False) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -26,7 +27,7 @@ class Functions:
 
     # the table's estimates per function, forgotten with it (scheduler.py)
     fid_seconds: dict[int, float]
-    fid_sink: dict[int, Sink]
+    fid_sink: dict[int, weakref.ref[Sink]]  # the map that measured it last
     fid_hist: dict[int, list[int]]
 
     def init_functions(self) -> None:

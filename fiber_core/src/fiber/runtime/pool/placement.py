@@ -38,6 +38,32 @@ def worker_process(address: str, cid: int, initializer: Callable[..., object] | 
                          resources=None if resources is None else resources.scaled(len(wids)))
 
 
+def uber_packing(target: Any, resources: Any,
+                 per_job: int | None) -> tuple[Resources | None, int]:
+    """A pool's ``resources`` and ``workers_per_job`` (None: not given) on ``target``:
+    as given, except where uber/fiber 0.2's ``cpu_per_job`` setting asks for more than
+    one core per job and the pool names neither: then, as uber/fiber packed
+    ``cpu_per_job`` workers into each job, each job runs that many workers and asks for
+    ``cpu_per_job`` cores (one per worker) and the ``memory`` setting (its
+    ``mem_per_job``), not that many times each. fiber's own ``cpu`` setting keeps its
+    meaning: the cores of every job, so of every worker."""
+    given = None if resources is None else Resources.of(resources)
+    if per_job is not None:
+        return given, per_job
+    cfg = target.config()
+    cpu = cfg.values.get("cpu")
+    if (cfg.old_names.get("cpu") != "cpu_per_job" or cpu is None or cpu < 2
+            or cpu != int(cpu) or (given is not None and given.cpu is not None)):
+        return given, 1
+    n = int(cpu)
+    memory = cfg.values.get("memory")
+    if given is not None and given.memory is not None:
+        memory = None  # the pool's own request, per worker
+    elif memory is not None:
+        memory = -(-int(memory) // n)  # the job's, shared by its workers
+    return Resources(cpu=1, memory=memory).merged(given), n
+
+
 def job_request(target: Any, resources: Any, per_job: int) -> Resources:
     """Each worker's request on ``target`` (a run target, :func:`fiber.runtime.run.of`):
     its settings' with the pool's ``resources`` on top, checked by its backend; a job

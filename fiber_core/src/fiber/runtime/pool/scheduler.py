@@ -70,6 +70,7 @@ import collections
 import itertools
 import logging
 import time
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -99,6 +100,7 @@ LOST_KEPT = 64  # lost workers whose late results are still accepted
 _STOP, _TASKS = PoolOp.STOP, PoolOp.TASKS
 _CALL = TaskKind.CALL
 _monotonic = time.monotonic
+_weakref = weakref.ref
 
 
 class Scheduler(Functions, Recall):
@@ -157,9 +159,10 @@ class Scheduler(Functions, Recall):
         # map, of 10 ms sleeps, go out in batches of 128 to one worker), the worth of a
         # recall by its function's
         self.fid_seconds: dict[int, float] = {}
-        self.fid_sink: dict[int, Sink] = {}
+        self.fid_sink: dict[int, weakref.ref[Sink]] = {}
         self.fid_hist: dict[int, list[int]] = {}  # its tasks' times (observe.add_time)
-        self.batch_first: dict[int, Task] = {}  # worker id * 2 + line -> its batch's first
+        # worker id * 2 + line -> its batch's first task, while the line holds the batch
+        self.batch_first: dict[int, Task] = {}
         # tasks a map will still queue after its group just queued (submit_chunks'
         # ahead): batches are sized by them too, so that a map queued a group at a time
         # is batched as if queued at once (with thousands of lines parked, a group of
@@ -304,7 +307,10 @@ class Scheduler(Functions, Recall):
                 fid = first.fid
                 seen = self.fid_seconds.get(fid)
                 self.fid_seconds[fid] = sample if seen is None else seen + (sample - seen) * 0.25
-                self.fid_sink[fid] = first.sink
+                # weakly: a finished map's result object (and its values) is not kept
+                # for it (the reference of a weakly referenced object is reused: no
+                # new object per batch)
+                self.fid_sink[fid] = _weakref(first.sink)
                 observe.add_time(self.fid_hist, fid, sample, count)
         w.since = now
 
@@ -354,6 +360,8 @@ class Scheduler(Functions, Recall):
             batch = {}
         else:
             self.outstanding -= 1
+            # (timed() read it): its task and arguments are not kept past the batch
+            self.batch_first.pop(w.id * 2 + line, None)
         done = []
         failed = 0
         for tid, ok, value in items:
@@ -468,7 +476,8 @@ class Scheduler(Functions, Recall):
             size = chunking.batch_tasks(len(queue) + self.ahead, alive)
             # the tasks one recall's round trip runs, at least: once every worker is up,
             # by the time of this map's own tasks (measured on a batch of it)
-            if not self.starting and self.fid_sink.get(first.fid) is first.sink:
+            sink = self.fid_sink.get(first.fid)
+            if not self.starting and sink is not None and sink() is first.sink:
                 size = max(size, chunking.least_batch(self.fid_seconds.get(first.fid),
                                                       self.recall_seconds))
             if self.maxtasks is not None:

@@ -274,7 +274,8 @@ def test_garbage_collected_pool_ends_its_workers():
     assert workers and all(w.is_alive() for w in workers)
     # as multiprocessing's: a running pool left to the GC says so (the record of the
     # warning holds the pool until the block ends)
-    with pytest.warns(ResourceWarning, match="unclosed running fiber pool"):
+    with pytest.warns(ResourceWarning,
+                      match=r"^unclosed running multiprocessing pool <fiber\.Pool "):
         del p
         gc.collect()
     gc.collect()
