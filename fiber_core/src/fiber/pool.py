@@ -109,9 +109,8 @@ class Pool:
     request, checked by the backend before any worker starts; ``workers_per_job``
     (default 1) runs that many workers in each job, which asks for ``resources`` times
     that many (a site that grants whole nodes: ``Pool(64, workers_per_job=32,
-    resources={"cpu": 1})`` is two jobs of 32 CPUs; uber/fiber 0.2's ``cpu_per_job=N``
-    setting, with neither given, means ``workers_per_job=N`` and one core per worker,
-    as uber/fiber packed its workers); the pool still counts workers,
+    resources={"cpu": 1})`` is two jobs of 32 CPUs; uber/fiber's ``cpu_per_job=N`` alone
+    means ``workers_per_job=N``, a core each); the pool still counts workers,
     and a job that is lost loses its workers, whose tasks go to others as any lost
     worker's. ``context``: a fiber
     context's (``fiber.get_context("slurm")``) workers are its ``Process`` and run on
@@ -151,11 +150,8 @@ class Pool:
         ctx: Any = context if run.carries(context) else None
         target = run.of(ctx)
         process_class = ctx.Process if ctx is not None else Process
-        # uber/fiber's cpu_per_job packs workers into jobs (unless the pool says how)
-        resources, workers_per_job = placement.uber_packing(target, resources,
-                                                            workers_per_job)
-        # checked by the backend before any worker starts
-        checks.workers_per_job(workers_per_job)
+        # checked (uber/fiber's cpu_per_job packs workers into jobs unless the pool says how)
+        resources, workers_per_job = placement.uber_packing(target, resources, workers_per_job)
         # each worker's request; a job of several workers asks for it times their number
         requested = placement.job_request(target, resources, workers_per_job)
         # a durable pool's journal, opened (and locked) before any worker starts
@@ -532,12 +528,10 @@ class Pool:
         self.terminate()
 
     def __del__(self, _warn: Callable[..., object] = warnings.warn) -> None:
-        # as multiprocessing's: collected while running, neither closed nor terminated;
-        # its text, so that a warnings filter written for multiprocessing's matches
+        # as multiprocessing's (its text too: a warnings filter written for it matches)
         scheduler = getattr(self, "_scheduler", None)  # None: __init__ raised
         if scheduler is not None and scheduler.pool_state() == RUN:
-            _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning,
-                  source=self)
+            _warn(f"unclosed running multiprocessing pool {self!r}", ResourceWarning, source=self)
 
     def __repr__(self) -> str:
         s = self._scheduler

@@ -50,7 +50,7 @@ class _Delivery:
     The tasks hold this, not the iterator, so that an iterator its caller dropped is
     collected (and its feeder stops) even while tasks of it are queued or running."""
 
-    __slots__ = ("_ref",)
+    __slots__ = ("_ref", "__weakref__")  # (the table knows a map's sink weakly)
 
     def __init__(self, ref: weakref.ref[IMapIterator[Any]]) -> None:
         self._ref = ref

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fiber.backend import Resources
+from fiber.runtime.pool import checks
 from fiber.runtime.pool.worker import worker, worker_group
 from fiber.runtime.pool.workers import Placement
 
@@ -46,7 +47,10 @@ def uber_packing(target: Any, resources: Any,
     ``cpu_per_job`` workers into each job, each job runs that many workers and asks for
     ``cpu_per_job`` cores (one per worker) and the ``memory`` setting (its
     ``mem_per_job``), not that many times each. fiber's own ``cpu`` setting keeps its
-    meaning: the cores of every job, so of every worker."""
+    meaning: the cores of every job, so of every worker. A ``workers_per_job`` given is
+    checked here (:func:`~fiber.runtime.pool.checks.workers_per_job`)."""
+    if per_job is not None:
+        checks.workers_per_job(per_job)
     given = None if resources is None else Resources.of(resources)
     if per_job is not None:
         return given, per_job

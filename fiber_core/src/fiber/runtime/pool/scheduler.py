@@ -310,7 +310,10 @@ class Scheduler(Functions, Recall):
                 # weakly: a finished map's result object (and its values) is not kept
                 # for it (the reference of a weakly referenced object is reused: no
                 # new object per batch)
-                self.fid_sink[fid] = _weakref(first.sink)
+                try:
+                    self.fid_sink[fid] = _weakref(first.sink)
+                except TypeError:  # a sink without weak references: not told apart
+                    self.fid_sink.pop(fid, None)
                 observe.add_time(self.fid_hist, fid, sample, count)
         w.since = now
 
