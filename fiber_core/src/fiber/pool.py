@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -34,7 +33,6 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 from fiber import util
 from fiber.backend import Resources
-from fiber.errors import TimeoutError
 from fiber.process import Process
 from fiber.runtime import arguments, config, progress, run, status
 from fiber.runtime.pool import checks, chunking, placement
@@ -51,6 +49,7 @@ from fiber.runtime.pool.results import (
 from fiber.runtime.pool.scheduler import Scheduler
 from fiber.runtime.pool.stats import PoolStats, WorkerStats, snapshot
 from fiber.runtime.pool.tasks import RUN
+from fiber.runtime.pool.uber02 import Uber02Methods
 from fiber.runtime.pool.workers import Placement, WorkerSet
 from fiber.wire import serialization
 from fiber.wire.protocol import TaskKind
@@ -99,7 +98,7 @@ _SEQUENCES = (list, tuple, range)
 _P = TypeVar("_P", bound="Pool")
 
 
-class Pool:
+class Pool(Uber02Methods):
     """A pool of job-backed worker processes, as :class:`multiprocessing.pool.Pool`.
 
     fiber extensions (keyword-only): ``min_processes``/``max_processes`` bound
@@ -276,39 +275,6 @@ class Pool:
                 self._worker_set.channels.append((hub, cid))
             return cid
 
-    def wait_until_workers_up(self, timeout: float | None = None) -> None:
-        """Deprecated (uber/fiber 0.2): wait until every worker of the pool has started
-        and connected (``TimeoutError`` after ``timeout`` seconds; the pool's error if
-        it breaks). Tasks need no such wait: they go to the first workers that are up;
-        to watch the workers start, poll :meth:`stats` (``starting`` falls to 0)."""
-        util.warn_deprecated(
-            "Pool.wait_until_workers_up",
-            "Pool.wait_until_workers_up() is deprecated: tasks go to the first workers "
-            "that are up; to watch workers start, poll Pool.stats().starting")
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            with self._lock:
-                broken = self._scheduler.failure()
-                stats = self.stats()
-            if broken is not None:
-                raise broken
-            if stats.starting == 0 and stats.idle + stats.busy >= stats.processes:
-                return
-            if stats.state != "RUN":
-                raise ValueError("Pool not running")
-            if deadline is not None and time.monotonic() >= deadline:
-                raise TimeoutError(f"{stats.starting} of the pool's {stats.processes} "
-                                   "workers are still starting")
-            time.sleep(0.02)
-
-    def start_workers(self) -> None:
-        """Deprecated (uber/fiber 0.2) and not needed: workers start when the pool is
-        created (and are replaced when lost). Does nothing."""
-        util.warn_deprecated(
-            "Pool.start_workers",
-            "Pool.start_workers() is deprecated and does nothing: a fiber Pool starts "
-            "its workers when it is created")
-
     # -- inspection -----------------------------------------------------------------
     def stats(self) -> PoolStats:
         """fiber extension: a consistent snapshot of the pool's workers and tasks.
@@ -403,26 +369,29 @@ class Pool:
         return self._map_async(func, iterable, chunksize, callback, error_callback,
                                "map_async")
 
-    def _map_async(self, func: Callable[[_S], _T], iterable: Iterable[_S],
+    def _map_async(self, func: Callable[..., _T], iterable: Iterable[Any],
                    chunksize: int | None,
                    callback: Callable[[list[_T]], object] | None,
                    error_callback: Callable[[BaseException], object] | None,
-                   call: str) -> MapResult[_T]:
+                   call: str, kind: int = TaskKind.MAP) -> MapResult[_T]:
         checks.callbacks(callback, error_callback)
         if chunksize is not None:
             arguments.chunksize(chunksize)
-        # a list, tuple or range is chunked as it is (slices; a range's travel as
-        # ranges), anything else read into a list first, as multiprocessing does
-        items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
+        if kind == TaskKind.STARMAP:
+            items: Sequence[Any] = [tuple(x) for x in iterable]
+        else:  # a list, tuple or range is chunked as it is (slices; a range's travel
+            # as ranges), anything else read into a list first, as multiprocessing does
+            items = iterable if isinstance(iterable, (list, tuple, range)) else list(iterable)
         result: MapResult[_T] = MapResult(len(items), callback, error_callback)
         chunks = self._chunks if self._durable is None else self._durable.chunks
-        return chunks(func, items, chunksize, TaskKind.MAP, result, call)
+        return chunks(func, items, chunksize, kind, result, call)
 
     def starmap(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
                 chunksize: int | None = None) -> list[_T]:
         """``[func(*args) for args in iterable]`` over the workers (on a durable pool,
         returning once its results are journaled too)."""
-        values = self._starmap_async(func, iterable, chunksize, None, None, "starmap").get()
+        values = self._map_async(func, iterable, chunksize, None, None, "starmap",
+                                 TaskKind.STARMAP).get()
         if self._durable is not None:
             self._durable.journal.flush()
         return values
@@ -433,21 +402,8 @@ class Pool:
                       error_callback: Callable[[BaseException], object] | None = None,
                       ) -> MapResult[_T]:
         """As :meth:`starmap`; returns its :class:`MapResult`."""
-        return self._starmap_async(func, iterable, chunksize, callback, error_callback,
-                                   "starmap_async")
-
-    def _starmap_async(self, func: Callable[..., _T], iterable: Iterable[Iterable[Any]],
-                       chunksize: int | None,
-                       callback: Callable[[list[_T]], object] | None,
-                       error_callback: Callable[[BaseException], object] | None,
-                       call: str) -> MapResult[_T]:
-        checks.callbacks(callback, error_callback)
-        if chunksize is not None:
-            arguments.chunksize(chunksize)
-        items = [tuple(x) for x in iterable]
-        result: MapResult[_T] = MapResult(len(items), callback, error_callback)
-        chunks = self._chunks if self._durable is None else self._durable.chunks
-        return chunks(func, items, chunksize, TaskKind.STARMAP, result, call)
+        return self._map_async(func, iterable, chunksize, callback, error_callback,
+                               "starmap_async", TaskKind.STARMAP)
 
     def _imap(self, func: Callable[[_S], _T], iterable: Iterable[_S], chunksize: int,
               result: IMapIterator[_T], call: str) -> IMapIterator[_T]:
@@ -498,12 +454,7 @@ class Pool:
     def terminate(self) -> None:
         """Stop the workers now; results still pending fail."""
         self._worker_set.terminate()
-        self._release_journal()
-
-    def _release_journal(self) -> None:
-        """A durable pool that has ended commits and lets go of its journal (raising
-        the error of a write that failed)."""
-        if self._durable is not None:
+        if self._durable is not None:  # its journal committed and let go
             self._durable.release()
 
     def join(self) -> None:
@@ -517,7 +468,8 @@ class Pool:
             adapter.thread.join()
         for feed in feeders:
             feed.thread.join()
-        self._release_journal()
+        if self._durable is not None:
+            self._durable.release()
 
     def __enter__(self: _P) -> _P:
         self._scheduler.check_running()
