@@ -4,8 +4,9 @@ dashboard --pid <this process>`` runs as a subprocess, as a user would start it.
 
 The security tests speak HTTP with urllib and raw sockets; the browser test drives
 Debian's Chromium headless through Selenium and Debian's chromedriver (installed by
-scripts/engines/chromium/install.sh when missing): the page loads with the token and is
-refused without it, its counts match ``Pool.stats()``, a task that raises shows its
+scripts/engines/chromium/install.sh when missing; the helpers are tests/dashboard_page.py,
+shared with the ssh backend's test): the page loads with the token and is refused
+without it, its counts match ``Pool.stats()``, a task that raises shows its
 remote traceback within 2 s, a killed worker shows as lost and its replacement appears,
 and the plot grows. It saves screenshots of each step in the test's temporary directory.
 """
@@ -14,22 +15,25 @@ from __future__ import annotations
 
 import http.client
 import os
-import re
-import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
+from dashboard_page import (
+    Dashboard,
+    attribute_of,
+    chromium,
+    page_counts,
+    pool_id,
+    stats_counts,
+    text_of,
+    wait_until,
+    worker_ids,
+)
 
 import fiber
 from fiber.runtime import status
-
-ROOT = Path(__file__).resolve().parents[2]
-INSTALL = ROOT / "scripts" / "engines" / "chromium" / "install.sh"
 
 
 def nap(seconds):
@@ -45,45 +49,6 @@ def fail(x):
     raise KeyError(f"no such key {x}")
 
 
-class Dashboard:
-    """A ``fiber dashboard`` subprocess showing this process."""
-
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "fiber.cli", "dashboard", "--pid", str(os.getpid()),
-             "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        line = ""
-        deadline = time.monotonic() + 30
-        while "token=" not in line:
-            assert time.monotonic() < deadline, "fiber dashboard printed no URL"
-            line = self.proc.stdout.readline()
-            assert line or self.proc.poll() is None, self.proc.stderr.read()
-        self.url = re.search(r"http://\S+", line).group(0)
-        self.base, self.token = self.url.split("/?token=")
-        self.port = int(self.base.rsplit(":", 1)[1])
-
-    def get(self, path: str, headers: dict | None = None, method: str = "GET"):
-        """(status, headers, body) of a request to ``path``."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=15)
-        try:
-            conn.request(method, path, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.headers, resp.read()
-        finally:
-            conn.close()
-
-    def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(15)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
-            self.proc.stdout.close()
-            self.proc.stderr.close()
-
-
 @pytest.fixture
 def pool():
     with fiber.Pool(3) as p:
@@ -97,11 +62,6 @@ def dashboard(pool):
     yield d
     d.stop()
     assert d.proc.returncode == 0, d.proc.returncode
-
-
-def pool_id(pool) -> int:
-    """The id under which this process's status channel shows ``pool``."""
-    return next(k for k, v in list(status._pools.items()) if v is pool)
 
 
 # -- security ---------------------------------------------------------------------------
@@ -213,98 +173,10 @@ def test_the_program_is_asked_only_while_a_page_is_open(dashboard, pool, monkeyp
 
 
 # -- the page in a real browser ---------------------------------------------------------
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                  "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync",
-                  "--disable-dev-shm-usage", "--window-size=1400,2200"]
-
-
-def _processes_with(text: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if text.encode() in f.read():
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return found
-
-
 @pytest.fixture
 def browser(tmp_path):
-    subprocess.run(["sh", str(INSTALL)], check=True, stdin=subprocess.DEVNULL)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    profile = tmp_path / "chromium-profile"
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for flag in CHROMIUM_FLAGS + [f"--user-data-dir={profile}"]:
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-    try:
+    with chromium(tmp_path) as driver:
         yield driver
-    finally:
-        driver.quit()
-        deadline = time.monotonic() + 10
-        while _processes_with(str(profile)) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert _processes_with(str(profile)) == []  # the browser is gone
-        shutil.rmtree(profile, ignore_errors=True)
-
-
-# the page redraws every second: each read of it is one script call, so that no element
-# found by one call is gone by the next
-def text_of(driver, element_id: str) -> str | None:
-    return driver.execute_script(
-        "const e = document.getElementById(arguments[0]); return e ? e.textContent : null;",
-        element_id)
-
-
-def attribute_of(driver, element_id: str, name: str) -> str | None:
-    return driver.execute_script(
-        "const e = document.getElementById(arguments[0]);"
-        "return e ? e.getAttribute(arguments[1]) : null;", element_id, name)
-
-
-def worker_ids(driver, selector: str) -> set[int]:
-    return set(driver.execute_script(
-        "return [...document.querySelectorAll(arguments[0])]"
-        ".map(r => Number(r.dataset.worker));", selector))
-
-
-def page_counts(driver, pid: int) -> dict[str, str | None]:
-    keys = ["w-processes", "w-pending", "w-starting", "w-running", "w-busy", "w-idle",
-            "w-stopping", "w-lost", "w-replaced", "t-queued", "t-running", "t-done",
-            "t-failed"]
-    # read in one script call: the page is redrawn every second
-    values = driver.execute_script(
-        "return arguments[0].map(k => { const e = document.getElementById("
-        f"'pool-{pid}-' + k); return e ? e.textContent : null; }});", keys)
-    return dict(zip(keys, values, strict=True))
-
-
-def stats_counts(s) -> dict[str, str]:
-    return {"w-processes": str(s.processes), "w-pending": str(s.pending),
-            "w-starting": str(s.starting - s.pending), "w-running": str(s.idle + s.busy),
-            "w-busy": str(s.busy), "w-idle": str(s.idle), "w-stopping": str(s.stopping),
-            "w-lost": str(s.lost), "w-replaced": str(s.replaced), "t-queued": str(s.queued),
-            "t-running": str(s.running), "t-done": str(s.done), "t-failed": str(s.failed)}
-
-
-def wait_until(what: str, check, timeout: float, driver=None, shot=None):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            if driver is not None and shot is not None:
-                driver.save_screenshot(str(shot))
-            raise AssertionError(f"{what} not seen within {timeout} s")
-        time.sleep(0.1)
 
 
 def test_the_page_in_a_browser(pool, dashboard, browser, tmp_path):

@@ -115,6 +115,44 @@ if __name__ == "__main__":
     report(run)
 """
 
+# `fiber dashboard` watching the program (the fault is in the command's process, which
+# inherits the variable): the program opens the page's API (/api/view), which the
+# poller's death answers with its error (500), and waits for the command, which ends
+# with status 1 and says why; the program raises that last line
+_DASHBOARD = """
+import json, os, re, subprocess, urllib.error, urllib.request
+if __name__ == "__main__":
+    with fiber.Pool(1) as pool:
+        dash = subprocess.Popen([sys.executable, "-m", "fiber.cli", "dashboard", "--pid",
+                                 str(os.getpid()), "--port", "0"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        def watch():
+            line = ""
+            while "token=" not in line:
+                line = dash.stdout.readline()
+                if not line:
+                    break
+            url = re.search(r"http://\\S+", line).group(0)
+            try:
+                with urllib.request.urlopen(url.replace("/?", "/api/view?"), timeout=20) as a:
+                    print("view", a.status, a.read()[:60], flush=True)
+            except urllib.error.HTTPError as exc:
+                print("view", exc.code, exc.read().decode(), flush=True)
+            except OSError as exc:
+                print("view:", type(exc).__name__, exc, flush=True)
+            code = dash.wait(20)
+            err = dash.stderr.read()
+            sys.stderr.write(err)
+            if code:
+                raise RuntimeError(f"status {code}: {err.strip().splitlines()[-1]}")
+        try:
+            report(watch)
+        finally:
+            if dash.poll() is None:
+                dash.kill()
+                dash.wait()
+"""
+
 # kind -> (the program's body, what its "RAISED" line must contain)
 SCENARIOS: dict[str, tuple[str, str]] = {
     # (the whole pool is the call: the supervisor may die before the with statement's
@@ -412,6 +450,8 @@ if __name__ == "__main__":
         print("exit code", p.exitcode, flush=True)
     run()
 """, ""),
+    "fiber-dashboard-http": (_DASHBOARD, "fiber thread 'fiber-dashboard-http' died"),
+    "fiber-dashboard-feed": (_DASHBOARD, "fiber thread 'fiber-dashboard-feed' died"),
 }
 
 
@@ -438,6 +478,8 @@ def test_the_call_depending_on_a_dead_thread_raises(run_script, kind):
             in out, out
         return
     raised = [line for line in proc.stdout.splitlines() if line.startswith("RAISED")]
+    if kind == "fiber-dashboard-feed":  # the page asked was told why, not left waiting
+        assert 'view 500 {"error": "the dashboard stopped: fiber thread' in out, out
     if kind in MAY_RETURN:
         assert out.count(f"fiber thread {kind}") >= 1, out
         assert MAY_RETURN[kind] in proc.stdout, out

@@ -77,6 +77,9 @@ KINDS: dict[str, str] = {
     "fiber-manager-line": "serves one connection to a manager's server",
     "fiber-shared-server": "accepts the connections to a process's shared objects",
     "fiber-shared-line": "serves one connection to a process's shared objects",
+    # the `fiber dashboard` command (a process of its own, not the program's)
+    "fiber-dashboard-http": "serves the dashboard's page, its events and its API",
+    "fiber-dashboard-feed": "asks the watched program for its status while a page is open",
     # a job's runtime
     "fiber-heartbeat": "a job's heartbeat with its parent",
     "fiber-output": "sends a job's stdout or stderr to its parent",

@@ -8,6 +8,10 @@ program, and a program nobody looks at is not asked anything. The server and wha
 refuses are in :mod:`fiber.dashboard.server`; the page (HTML, a script that draws its
 plots as SVG, a style sheet) is package data in ``static/``, served from here, so it
 works on machines without internet. It needs nothing beyond fiber-core.
+
+Its two threads are fiber threads (:mod:`fiber.threads`): ``fiber-dashboard-http``
+serves the requests, ``fiber-dashboard-feed`` asks the program; if either dies, the
+command says why and ends with status 1 (an open page is told first).
 """
 
 from __future__ import annotations
@@ -17,12 +21,12 @@ import errno
 import secrets
 import socket
 import sys
-import threading
 import time
 
+from fiber import threads
 from fiber.dashboard.feed import Feed
 from fiber.dashboard.server import DashboardServer
-from fiber.errors import NotPrivateError
+from fiber.errors import FiberThreadError, NotPrivateError
 from fiber.top import TopError, choose
 
 __all__ = ["DEFAULT_PORT", "command", "url"]
@@ -61,9 +65,9 @@ def serve(args: argparse.Namespace) -> int:
     program = choose(args.pid)
     feed = Feed(program, args.interval)
     server = _bind(args.host, args.port, feed, secrets.token_urlsafe(24))
-    thread = threading.Thread(target=server.serve_forever, name="fiber-dashboard-http",
-                              kwargs={"poll_interval": 0.2}, daemon=True)
-    thread.start()
+    died: list[FiberThreadError] = []
+    thread = threads.start("fiber-dashboard-http", server.serve_forever, 0.2,
+                           fails=died.append)
     port = server.server_address[1]
     print(f"fiber dashboard of program {program.pid} ({' '.join(program.argv)[:80]}), "
           f"run {program.run}:\n    {url(server)}\n"
@@ -79,13 +83,15 @@ def serve(args: argparse.Namespace) -> int:
         if feed.failure is not None:
             print(f"fiber dashboard: {feed.failure}", file=sys.stderr)
             return 1
-        print("fiber dashboard: its HTTP server stopped", file=sys.stderr)
+        print(f"fiber dashboard: {died[0] if died else 'its HTTP server stopped'}",
+              file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
     finally:
         server.stopping.set()
-        server.shutdown()
+        if thread.is_alive():  # (shutdown() waits for serve_forever, which may never have run)
+            server.shutdown()
         server.server_close()
 
 

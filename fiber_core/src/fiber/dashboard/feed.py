@@ -13,26 +13,28 @@ histograms, its adaptation, and the history of its queue and throughput over the
 Watchers wait for the next view with :meth:`Feed.next`.
 
 When the program cannot be reached and its process is gone, the view says it ended; a
-poller that fails any other way says why in the view (``error``), and keeps trying.
+question that fails any other way is said in the view (``error``), and the poller keeps
+asking. The poller is a fiber thread (:mod:`fiber.threads`, kind
+``fiber-dashboard-feed``): if it dies, its error is the pages' last view (``failed``),
+and :meth:`Feed.next` and :meth:`Feed.watch` raise it from then on (the command ends
+with it), rather than wait for views that will not come.
 """
 
 from __future__ import annotations
 
 import collections
 import json
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fiber.errors import AuthenticationError, ConnectionLostError
+from fiber import threads
+from fiber.errors import AuthenticationError, ConnectionLostError, FiberThreadError
 from fiber.runtime import status
 
 __all__ = ["HISTORY_SECONDS", "WORKERS_SHOWN", "Feed", "view"]
-
-logger = logging.getLogger("fiber")
 
 HISTORY_SECONDS = 600.0  # the plots' span
 WORKERS_SHOWN = 100  # workers listed per pool; the others are counted by host and state
@@ -112,18 +114,25 @@ class Feed:
         self._latest = ""  # the last view, as JSON
         self._histories: dict[int, collections.deque[list[float]]] = {}
         self.ended = False  # the program has ended
-        self.failure: str | None = None  # why the poller thread died (the command ends)
+        self.error: FiberThreadError | None = None  # the poller died (the command ends)
         self.polls = 0  # snapshots asked for (the tests check that nobody asks idly)
+
+    @property
+    def failure(self) -> str | None:
+        """Why the poller died (None while it has not)."""
+        return None if self.error is None else str(self.error)
 
     @contextmanager
     def watch(self) -> Iterator[None]:
-        """While inside, the program is asked for a view every ``interval`` seconds."""
+        """While inside, the program is asked for a view every ``interval`` seconds.
+        Raises :class:`~fiber.errors.FiberThreadError` once the poller has died."""
         with self._cond:
+            if self.error is not None:
+                raise self.error
             self._watchers += 1
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="fiber-dashboard-feed",
-                                                daemon=True)
-                self._thread.start()
+                self._thread = threads.start("fiber-dashboard-feed", self._run,
+                                             fails=self._died)
         try:
             yield
         finally:
@@ -133,10 +142,14 @@ class Feed:
 
     def next(self, seq: int, timeout: float) -> tuple[int, str]:
         """The view after number ``seq`` (0: the latest, if any), as JSON; ``(seq, "")``
-        when none came within ``timeout`` seconds."""
+        when none came within ``timeout`` seconds. Raises
+        :class:`~fiber.errors.FiberThreadError` once the poller has died (its last view
+        said so)."""
         deadline = time.monotonic() + timeout
         with self._cond:
             while self._seq <= seq or not self._latest:
+                if self.error is not None:
+                    raise self.error
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return seq, ""
@@ -151,13 +164,6 @@ class Feed:
         except (ConnectionLostError, AuthenticationError) as exc:
             return {"pool": pool_id, "worker": wid, "error": str(exc)}
 
-    def _publish(self, data: dict[str, Any]) -> None:
-        text = json.dumps(data, separators=(",", ":"))
-        with self._cond:
-            self._seq += 1
-            self._latest = text
-            self._cond.notify_all()
-
     def _keep_going(self) -> bool:
         with self._cond:
             if self._watchers or time.monotonic() - self._left < LINGER:
@@ -165,16 +171,26 @@ class Feed:
             self._thread = None  # the next watcher starts another
             return False
 
+    def _died(self, error: FiberThreadError) -> None:
+        """The poller died (fiber.threads logged it): the pages' last view says so, and
+        whoever waits for a view gets the error."""
+        self._publish({"error": f"the dashboard stopped: {error}", "failed": True}, error)
+
+    def _publish(self, data: dict[str, Any], error: FiberThreadError | None = None) -> None:
+        text = json.dumps(data, separators=(",", ":"))
+        with self._cond:  # (a failed view and its error together: no reader sees one alone)
+            self._seq += 1
+            self._latest = text
+            if error is not None:
+                self.error = error
+                self._thread = None
+            self._cond.notify_all()
+
     def _run(self) -> None:
-        try:
-            while not self.ended and self._keep_going():
-                started = time.monotonic()
-                self._poll()
-                time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
-        except BaseException as exc:  # the pages say it, and the command ends with it
-            logger.error("the dashboard's feed failed", exc_info=True)
-            self.failure = f"the dashboard's feed failed: {type(exc).__name__}: {exc}"
-            self._publish({"error": self.failure, "failed": True})
+        while not self.ended and self._keep_going():
+            started = time.monotonic()
+            self._poll()
+            time.sleep(max(0.0, self.interval - (time.monotonic() - started)))
 
     def _poll(self) -> None:
         self.polls += 1

@@ -41,6 +41,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from fiber.dashboard.feed import Feed
+from fiber.errors import FiberThreadError
 
 __all__ = ["HEAD_BYTES", "HEAD_SECONDS", "MAX_CONNECTIONS", "MAX_STREAMS", "SECURITY_HEADERS",
            "DashboardServer"]
@@ -219,10 +220,18 @@ class _Handler(BaseHTTPRequestHandler):
                 body = body.replace(b"__TOKEN__", self.server.token.encode())
             self._send(HTTPStatus.OK, body, ctype)
         elif path == "/api/view":
-            _, data = self.server.feed.next(0, 0)
-            if not data:  # nobody watches: ask once, now
-                with self.server.feed.watch():
-                    _, data = self.server.feed.next(0, 10.0)
+            try:
+                _, data = self.server.feed.next(0, 0)
+                if not data:  # nobody watches: ask once, now
+                    with self.server.feed.watch():
+                        _, data = self.server.feed.next(0, 10.0)
+                if self.server.feed.error is not None:
+                    raise self.server.feed.error
+            except FiberThreadError as exc:  # the poller died: the command ends
+                self._send(HTTPStatus.INTERNAL_SERVER_ERROR, json.dumps(
+                    {"error": f"the dashboard stopped: {exc}", "failed": True}).encode(),
+                    "application/json")
+                return
             self._send(HTTPStatus.OK, (data or "{}").encode(), "application/json")
         elif path == "/api/log":
             query = parse_qs(urlsplit(self.path).query)
@@ -266,8 +275,16 @@ class _Handler(BaseHTTPRequestHandler):
                     chunk = f"data: {data}\n\n" if data else ": keepalive\n\n"
                     self.wfile.write(chunk.encode())
                     self.wfile.flush()
-                    if data and json.loads(data).get("ended"):
+                    if data and ('"ended"' in data or '"failed"' in data) and \
+                            set(json.loads(data)) & {"ended", "failed"}:
                         break
+        except FiberThreadError as exc:  # the poller died (its last view, if any, said so)
+            failed = {"error": f"the dashboard stopped: {exc}", "failed": True}
+            try:
+                self.wfile.write(f"data: {json.dumps(failed)}\n\n".encode())
+                self.wfile.flush()
+            except OSError:
+                pass
         except OSError:
             pass  # the page went away
         finally:

@@ -33,6 +33,7 @@ from fiber.wire import auth, serialization
 logger = logging.getLogger("fiber")
 
 LOG_TAIL = 4000
+KEPT_LOG = 16 * 1024  # of a job that failed by itself: kept_log
 
 _PROCESS_UID = uuid.uuid4().hex[:8]
 
@@ -118,6 +119,9 @@ class JobPopen:
         self._link_up = False  # its connection is up now
         self._distrust_logged = False  # the cluster said LOST while it was alive
         self._released = False
+        # the tail of the job's log, read when the job ended by itself with a failure
+        # (a lost pool worker's: `fiber dashboard` shows it), before release() frees it
+        self.kept_log: str | None = None
         self._callbacks: list[Callable[[], None]] = []
         self._ending = False  # terminate()/kill() was called
         # the exit code (a negative signal) the job was told to end with, over its
@@ -314,6 +318,11 @@ class JobPopen:
                     logger.warning("%s", self.start_error)
                 else:
                     logger.error("%s", self.start_error)
+            elif self._connected and code != 0 and not self._ending:
+                try:  # (one read per job that failed: none at an ordinary end)
+                    self.kept_log = self.backend.logs(self.job)[-KEPT_LOG:]
+                except Exception:  # noqa: BLE001
+                    logger.debug("reading logs of job %s failed", self.job.id, exc_info=True)
             self._finish(code)
         self.release()
 

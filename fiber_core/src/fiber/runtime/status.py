@@ -220,8 +220,9 @@ LOG_TAIL_LINES = 100
 
 def worker_log(pool_id: int, wid: int) -> dict[str, Any]:
     """The tail of the log that the backend keeps of worker ``wid``'s job, of the pool
-    ``pool_id`` (live, or among its recently lost workers): ``log`` is None when the
-    worker is not known, "" when the backend keeps no log of the job."""
+    ``pool_id`` (live, or among its recently lost workers, whose log's tail was kept
+    as their job ended: ``kept_log`` of :mod:`fiber.runtime.popen`): ``log`` is None
+    when the worker is not known, "" when the backend keeps no log of the job."""
     with _lock:
         pool = _pools.get(pool_id)
     found: dict[str, Any] = {"pool": pool_id, "worker": wid, "job_id": None, "log": None}
@@ -232,12 +233,16 @@ def worker_log(pool_id: int, wid: int) -> dict[str, Any]:
     if process is None:
         process = next((lw.process for lw in reversed(stats.recently_lost)
                         if lw.worker == wid), None)
+    popen = getattr(process, "_popen", None)
     job = getattr(process, "job", None)
-    backend = getattr(getattr(process, "_popen", None), "backend", None)
+    backend = getattr(popen, "backend", None)
     if job is None or backend is None:
         return found
     found["job_id"] = job.id
-    text = backend.logs(job)[-LOG_TAIL_BYTES:]
+    # a job that failed by itself (a lost worker's) was released once it ended, which
+    # freed its log: its tail was kept then
+    kept = getattr(popen, "kept_log", None)
+    text = (kept if kept is not None else backend.logs(job))[-LOG_TAIL_BYTES:]
     found["log"] = "\n".join(text.splitlines()[-LOG_TAIL_LINES:])
     return found
 

@@ -295,6 +295,7 @@ function render(view) {
   if (view.error) {
     link.textContent = view.error;
     link.className = "link error";
+    if (view.failed) document.body.dataset.state = "failed";  // the dashboard stopped
     return;
   }
   const prog = view.program;
@@ -334,11 +335,11 @@ function connect() {
   source.onmessage = (event) => {
     const view = JSON.parse(event.data);
     render(view);
-    if (view.ended) source.close();
+    if (view.ended || view.failed) source.close();
   };
   source.onerror = () => {
     const link = document.getElementById("link");
-    if (document.body.dataset.state !== "ended") {
+    if (!document.body.dataset.state) {
       link.textContent = "reconnecting…";
       link.className = "link error";
     }
