@@ -14,6 +14,10 @@ They put into the site what lives outside ``docs/`` so that it has one source:
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
   same paths as in the repository, so README-style links to them resolve;
 * the docstrings' Sphinx roles (``:class:`X```) are shown as code in the API pages;
+* every page's footer names the version of each package (their ``_version.py``);
+* after the build, every page's links and resources are checked to work opened from
+  disk and offline (``site_problems``): a link to a folder, a missing file or a
+  script from another host fails the build;
 * ``examples/quickstart.ipynb`` becomes the page ``quickstart.md`` (its markdown cells,
   its code cells and the outputs stored in the notebook, its images as PNG files):
   lighter than a notebook plugin, which would pull nbconvert and a kernel into the build.
@@ -35,6 +39,8 @@ NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 # a repository path of a link -> the site page it became (relative to docs/)
 _MOVED = {
     "README.md": "index.md",
+    "CHANGELOG.md": "changelog.md",
+    "CONTRIBUTING.md": "contributing.md",
     "plugins/fiber-docker/README.md": "backends/docker.md",
     "plugins/fiber-ssh/README.md": "backends/ssh.md",
     "plugins/fiber-slurm/README.md": "backends/slurm.md",
@@ -208,6 +214,96 @@ def notebook_markdown(path: Path = NOTEBOOK) -> tuple[str, dict[str, bytes]]:
                 out.append("```text\n" + output.get("ename", "") + ": "
                            + output.get("evalue", "") + "\n```\n")
     return "\n".join(out), images
+
+
+# the packages whose documentation the site is: (distribution, its _version.py)
+PACKAGES = [
+    ("fiber-core", "fiber_core/src/fiber/_version.py"),
+    ("fiber-docker", "plugins/fiber-docker/src/fiber_docker/_version.py"),
+    ("fiber-ssh", "plugins/fiber-ssh/src/fiber_ssh/_version.py"),
+    ("fiber-slurm", "plugins/fiber-slurm/src/fiber_slurm/_version.py"),
+    ("fiber-k8s", "plugins/fiber-k8s/src/fiber_k8s/_version.py"),
+]
+
+
+def versions() -> dict[str, str]:
+    """Each package's version, as its ``_version.py`` (the one place it is written)
+    says."""
+    found = {}
+    for name, path in PACKAGES:
+        match = re.search(r'^__version__ = "([^"]+)"', (ROOT / path).read_text(), re.M)
+        if match is None:
+            raise LookupError(f"no __version__ in {path}")
+        found[name] = match.group(1)
+    return found
+
+
+def version_footer() -> str:
+    """The site's footer: the version of every package it documents, and the license."""
+    found = versions()
+    plugins = ", ".join(f"{name} {v}" for name, v in found.items() if name != "fiber-core")
+    return (f"fiber {found['fiber-core']}: the documentation of fiber-core "
+            f"{found['fiber-core']} and of the plugins {plugins}. "
+            "Apache License 2.0.")
+
+
+def on_config(config: Any) -> Any:
+    """Write the packages' versions into the footer of every page."""
+    config["copyright"] = version_footer()
+    return config
+
+
+def site_problems(site: Path, site_url: str | None = None) -> list[str]:
+    """What would break in the built site ``site`` opened from disk (``file://``, no
+    server to turn a folder into its index.html) or offline: every page's local link
+    or resource must name a file of the site (not a folder), and no page may load a
+    script, stylesheet or image from another host. ``404.html``, which a server sends
+    for a missing path at any depth, has absolute links: they must resolve from the
+    path of ``site_url`` (the server's root when unset)."""
+    from urllib.parse import unquote, urlsplit
+
+    problems: list[str] = []
+    root_path = urlsplit(site_url).path if site_url else "/"
+    for page in sorted(site.rglob("*.html")):
+        name = page.relative_to(site).as_posix()
+        html = page.read_text(encoding="utf-8", errors="replace")
+        for attrs in re.findall(r"<\w+\b([^>]*)>", html):
+            found = re.search(r"\s(href|src)=\"([^\"]*)\"", attrs)
+            if found is None:
+                continue
+            attr, target = found.groups()
+            if target.startswith(("#", "mailto:", "javascript:", "data:")):
+                continue
+            if re.match(r"[a-z]+:|//", target):
+                # a link to another site is fine; loading a part of the page is not
+                if attr == "src" or re.search(r"rel=\"[^\"]*(stylesheet|icon|preload)", attrs):
+                    problems.append(f"{name}: loads {target} from another host")
+                continue
+            path = unquote(target.split("#", 1)[0].split("?", 1)[0])
+            if not path:
+                continue
+            if path.startswith("/"):
+                if name != "404.html":
+                    problems.append(f"{name}: absolute link {target} (breaks from disk)")
+                    continue
+                if not path.startswith(root_path):
+                    problems.append(f"404.html: {target} is outside the site's path {root_path}")
+                    continue
+                resolved = site / path[len(root_path):]
+            else:
+                resolved = page.parent / path
+            if not resolved.is_file():
+                what = "a folder" if resolved.is_dir() else "missing"
+                problems.append(f"{name}: {attr}={target} is {what}")
+    return problems
+
+
+def on_post_build(config: Any) -> None:
+    """Fail the build if the site would break opened from disk or offline."""
+    problems = site_problems(Path(config["site_dir"]), config.get("site_url"))
+    if problems:
+        raise SystemExit("the site would break opened from disk or offline:\n  "
+                         + "\n  ".join(problems[:40]))
 
 
 def on_files(files: Any, config: Any) -> Any:
