@@ -13,7 +13,8 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
   same paths as in the repository, so README-style links to them resolve;
-* the docstrings' Sphinx roles (``:class:`X```) are shown as code in the API pages;
+* an API page (``docs/api/``) opens with the table of its names, each linked to its
+  entry, from the modules' ``__all__`` (the ``public_names`` of each ``:::`` block);
 * every page's footer names the version of each package (their ``_version.py``);
 * after the build, every page's links and resources are checked to work opened from
   disk and offline (``site_problems``): a link to a folder, a missing file or a
@@ -337,23 +338,92 @@ def drop_missing_plots(markdown: str, source: str) -> str:
     return re.sub(r"!\[([^\]]*)\]\(([^)\s:]+\.png)\)", one, markdown)
 
 
-def _role(match: re.Match[str]) -> str:
-    target = match.group(1)
-    if target.startswith("~"):
-        target = target[1:].rsplit(".", 1)[-1]
-    return f"<code>{target}</code>"
+def _summary(doc: str | None) -> str:
+    import inspect
+
+    """The first sentence of a docstring, its roles shown as code, for a table cell."""
+    if not doc:
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
+    text = re.sub(r":(?:py:)?[a-z]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`",
+                  lambda m: f"`{m.group(1).rsplit('.', 1)[-1] if '~' in m.group(0) else m.group(1)}`",
+                  text)
+    text = text.replace("``", "`")
+    end = re.search(r"(?<![ .][a-z])\.(\s|$)(?![a-z])", text)
+    if end is not None:
+        text = text[:end.start() + 1]
+    return _cell(text if len(text) <= 200 else text[:197].rsplit(" ", 1)[0] + " ...")
 
 
-def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
-    """The docstrings cross-reference in Sphinx's roles (``:class:`Job```), which
-    Markdown leaves as text before the code: the API pages show the code alone
-    (``~a.b.C`` as ``C``, as Sphinx shows it)."""
-    return re.sub(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):"
-                  r"<code>([^<]*)</code>", _role, html)
+def _kind(value: Any) -> str:
+    import inspect
+
+    if inspect.ismodule(value):
+        return "module"
+    if inspect.isclass(value):
+        return "exception" if issubclass(value, BaseException) else "class"
+    if inspect.isroutine(value):
+        return "function"
+    return "data"
+
+
+def _counterpart(full: str, value: Any) -> str:
+    """For a name with no docstring: the multiprocessing name it mirrors, if any."""
+    import importlib
+
+    module, _, name = full.rpartition(".")
+    mp_module = "multiprocessing" + module[len("fiber"):]
+    try:
+        theirs = getattr(importlib.import_module(mp_module), name)
+    except (ImportError, AttributeError):
+        return ""
+    if theirs is value:
+        return f"the standard library's `{mp_module}.{name}` itself"
+    return f"as `{mp_module}.{name}`"
+
+
+def public_names(path: str) -> list[tuple[str, Any]]:
+    """The public names of the module or object ``path`` with their values: a module's
+    ``__all__`` (as the imported module has it), or else the classes and functions it
+    defines; an object is its own one name."""
+    import importlib
+    import inspect
+    import warnings
+
+    try:
+        module = importlib.import_module(path)
+    except ImportError:
+        parent, _, name = path.rpartition(".")
+        return [(path, getattr(importlib.import_module(parent), name))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a deprecated name warns when read
+        if hasattr(module, "__all__"):
+            return [(f"{path}.{n}", getattr(module, n)) for n in module.__all__
+                    if n != "__version__"]
+        return [(f"{path}.{n}", v) for n, v in vars(module).items()
+                if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+                and v.__module__ == path]
+
+
+def names_table(markdown: str) -> str:
+    """The table of every public name of the ``::: path`` blocks of an API page, each
+    a link to its entry (so the strict build fails if a name has none), its kind and
+    the first sentence of its docstring."""
+    rows = ["| name | kind | summary |", "|---|---|---|"]
+    for path in re.findall(r"^::: (\S+)", markdown, re.M):
+        for full, value in public_names(path):
+            kind = _kind(value)
+            summary = _summary(getattr(value, "__doc__", None) if kind != "data" else None)
+            rows.append(f"| [`{full}`][{full}] | {kind} | {summary or _counterpart(full, value)} |")
+    return "\n".join(rows) + "\n"
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Expand the settings table and the includes of a page."""
+    """Expand the settings table and the includes of a page; an API page opens with
+    the table of its names."""
+    if page.file.src_uri.startswith("api/") and "\n::: " in markdown:
+        title, _, rest = markdown.partition("\n")
+        markdown = f"{title}\n\n{names_table(markdown)}\n{rest}"
     if page.file.src_uri.startswith("bench/"):
         markdown = drop_missing_plots(markdown, page.file.src_uri)
     if "<!-- fiber:settings -->" in markdown:
