@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
+from typing import TypeVar
 
 __all__ = [
     "NotPrivateError",
@@ -161,3 +162,42 @@ class PluginContractError(BackendNotFoundError):
     """An installed plugin was written for another version of fiber's plugin contract
     (``fiber.backend.CONTRACT_VERSION``) than this fiber-core implements; the message
     names the fiber-core the plugin needs."""
+
+
+# -- each error's entry in the troubleshooting page -----------------------------------------
+# docs/troubleshooting.md (troubleshooting.html in the built site) has an entry for every
+# error class, whose id is the class name in lower case. A documented class's message
+# ends with a line naming its entry (so do its subclasses', with their nearest entry);
+# tests/core/test_troubleshooting.py checks that every entry named exists.
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+_E = TypeVar("_E", bound=type[BaseException])
+
+
+def _message_with_entry(self: BaseException) -> str:
+    text = ""
+    for klass in type(self).__mro__:  # the message without the entry: the next __str__
+        own = klass.__dict__.get("_plain_str", klass.__dict__.get("__str__"))
+        if own is not None and own is not _message_with_entry:
+            text = own(self)
+            break
+    line = f"(troubleshooting: {TROUBLESHOOTING}#{getattr(self, 'troubleshooting', '')})"
+    return text if line in text else f"{text}\n{line}"
+
+
+def documented(cls: _E) -> _E:
+    """Give the error class ``cls`` its entry of the troubleshooting page: its messages
+    end with the line ``(troubleshooting: docs/troubleshooting.md#<class name, lower
+    case>)`` (a message quoting another fiber error keeps one such line per entry)."""
+    cls.troubleshooting = cls.__name__.lower()  # type: ignore[attr-defined]
+    if "__str__" in cls.__dict__ and cls.__dict__["__str__"] is not _message_with_entry:
+        cls._plain_str = cls.__dict__["__str__"]  # type: ignore[attr-defined]
+    cls.__str__ = _message_with_entry  # type: ignore[method-assign]
+    return cls
+
+
+for _error in (NotPrivateError, ProcessStartError, WorkerLostError, ResultUnpicklingError,
+               FiberThreadError, ForkedProcessError, ConnectionLostError, SerializationError,
+               RemoteError, ConfigError, BackendError, JobCreationError, TransientBackendError,
+               ClusterUnreachableError, BackendNotFoundError, PluginContractError):
+    documented(_error)
