@@ -9,6 +9,8 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   (``tests/core/test_docs.py`` checks that);
 * ``<!-- fiber:backend NAME -->`` becomes what the backend NAME declares (the
   requests it accepts, its capabilities, its secret delivery, its settings);
+* ``<!-- fiber:code PATH -->`` becomes the repository file PATH as a collapsible block
+  of code (the examples page shows each example so);
 * ``<!-- fiber:include PATH -->`` becomes the repository file PATH (a plugin's
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
@@ -418,6 +420,15 @@ def names_table(markdown: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def code_markdown(path: str) -> str:
+    """``<!-- fiber:code PATH -->``: the repository file PATH as a collapsible block of
+    code (pymdownx.details), so a page shows an example's code from its one source."""
+    text = (ROOT / path).read_text(encoding="utf-8").rstrip("\n")
+    body = "\n".join(("    " + line) if line else "" for line in
+                     ["```python", *text.split("\n"), "```"])
+    return f'??? example "{path} ({len(text.splitlines())} lines)"\n\n{body}\n'
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     """Expand the settings table and the includes of a page; an API page opens with
     the table of its names."""
@@ -428,6 +439,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = drop_missing_plots(markdown, page.file.src_uri)
     if "<!-- fiber:settings -->" in markdown:
         markdown = markdown.replace("<!-- fiber:settings -->", settings_markdown())
+    markdown = re.sub(r"<!-- fiber:code (\S+) -->", lambda m: code_markdown(m.group(1)), markdown)
     markdown = re.sub(r"<!-- fiber:backend (\S+) -->",
                       lambda m: backend_markdown(m.group(1)), markdown)
     return include(markdown, page.file.src_uri)

@@ -117,6 +117,28 @@ def test_fragment_compiles(block: Block) -> None:
         subprocess.run(["bash", "-n", "-c", block.code], check=True)
 
 
+def outputs() -> list[tuple[str, str, str]]:
+    """``<!-- fiber:output COMMAND -->`` before a ``text`` block: (where, command, text)."""
+    found = []
+    for page in PAGES:
+        text = page.read_text(encoding="utf-8")
+        for m in re.finditer(r"<!-- fiber:output (.+?) -->\n```text\n(.*?)```", text, re.S):
+            line = text[:m.start()].count("\n") + 1
+            found.append((f"{page.relative_to(ROOT)}:{line}", m.group(1), m.group(2)))
+    return found
+
+
+@pytest.mark.parametrize("where,command,expected", outputs(), ids=lambda v: str(v)[:40])
+def test_shown_output_is_what_the_command_prints(where: str, command: str,
+                                                 expected: str) -> None:
+    argv = command.split()
+    argv = [sys.executable, *argv[1:]] if argv[0] == "python" else argv
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=180,
+                          env={**os.environ, "FIBER_BACKEND": "local"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == expected, (where, done.stdout)
+
+
 @pytest.mark.parametrize("block", [b for b in ALL if b.kind in ("run", "setup")],
                          ids=lambda b: b.id)
 def test_block_runs(block: Block) -> None:
