@@ -1,8 +1,8 @@
 """docs/troubleshooting.md covers what a user can meet: every error class fiber and its
 plugins define has an entry (its id the class name in lower case), every warning and
 error fiber logs is quoted there with its cause and fix, and every entry an error
-message names (``fiber.errors.documented``: the message's last line,
-``(troubleshooting: docs/troubleshooting.md#<id>)``) exists.
+names (``fiber.errors.documented``: the note ``troubleshooting:
+docs/troubleshooting.md#<id>`` that a traceback prints under the message) exists.
 
 The inventories are read from the source (every ``class ...Error`` and every
 ``.warning(``/``.error(`` call of fiber-core and the plugins), so an error or a warning
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import ast
 import importlib
+import pickle
 import re
+import traceback
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,17 +164,18 @@ def test_every_entry_an_error_names_exists() -> None:
                 named.append(value.troubleshooting)
     assert len(set(named)) >= 19
     assert set(named) <= ids, f"entries named by messages but absent: {set(named) - ids}"
-    message = str(errors.ConfigError("unknown setting 'x'"))
-    assert message == ("unknown setting 'x'\n"
-                       "(troubleshooting: docs/troubleshooting.md#configerror)")
-    # a subclass without an entry of its own names its nearest one; RemoteError keeps
-    # its own text (the remote traceback) before the line
-    remote = str(errors.RemoteError("KeyError", "'k'", "Traceback ..."))
-    assert remote.startswith("KeyError: 'k'\n\nRemote traceback:\nTraceback ...")
-    assert remote.endswith("#remoteerror)")
-    # one line per entry, also when a message quotes another fiber error
-    wrapped = str(errors.JobCreationError(f"cannot create: {errors.ConfigError('bad')}"))
-    assert wrapped.count("#configerror)") == 1 and wrapped.endswith("#jobcreationerror)")
+    error = errors.ConfigError("unknown setting 'x'")
+    assert str(error) == "unknown setting 'x'"  # the message itself is unchanged
+    assert error.__notes__ == ["troubleshooting: docs/troubleshooting.md#configerror"]
+    # a subclass without an entry of its own names its nearest one, once
+    lost = errors.ClusterUnreachableError("no engine")
+    assert lost.__notes__ == ["troubleshooting: docs/troubleshooting.md#clusterunreachableerror"]
+    # it survives pickling (errors travel between processes) without doubling
+    copy = pickle.loads(pickle.dumps(errors.ProcessStartError("m", 1, "r", "logs")))
+    assert copy.__notes__ == ["troubleshooting: docs/troubleshooting.md#processstarterror"]
+    # the message a Python (3.11+) traceback shows ends with the note
+    shown = "".join(traceback.format_exception_only(type(error), error))
+    assert shown.rstrip().endswith("troubleshooting: docs/troubleshooting.md#configerror")
 
 
 def test_symptoms_come_first() -> None:

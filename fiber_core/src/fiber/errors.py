@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
-from typing import TypeVar
+from typing import Any, TypeVar
 
 __all__ = [
     "NotPrivateError",
@@ -166,33 +166,34 @@ class PluginContractError(BackendNotFoundError):
 
 # -- each error's entry in the troubleshooting page -----------------------------------------
 # docs/troubleshooting.md (troubleshooting.html in the built site) has an entry for every
-# error class, whose id is the class name in lower case. A documented class's message
-# ends with a line naming its entry (so do its subclasses', with their nearest entry);
-# tests/core/test_troubleshooting.py checks that every entry named exists.
+# error class, whose id is the class name in lower case. A documented class's exception
+# carries a note naming its entry (so do its subclasses', with their nearest entry), which
+# Python (3.11+) prints under the message; str(exc), and so every message fiber logs or
+# tests read, is unchanged. tests/core/test_troubleshooting.py checks every entry named.
 TROUBLESHOOTING = "docs/troubleshooting.md"
 
 _E = TypeVar("_E", bound=type[BaseException])
 
 
-def _message_with_entry(self: BaseException) -> str:
-    text = ""
-    for klass in type(self).__mro__:  # the message without the entry: the next __str__
-        own = klass.__dict__.get("_plain_str", klass.__dict__.get("__str__"))
-        if own is not None and own is not _message_with_entry:
-            text = own(self)
-            break
-    line = f"(troubleshooting: {TROUBLESHOOTING}#{getattr(self, 'troubleshooting', '')})"
-    return text if line in text else f"{text}\n{line}"
+def troubleshooting_note(error: BaseException) -> str:
+    """The note naming ``error``'s entry of the troubleshooting page."""
+    return f"troubleshooting: {TROUBLESHOOTING}#{getattr(error, 'troubleshooting', '')}"
 
 
 def documented(cls: _E) -> _E:
-    """Give the error class ``cls`` its entry of the troubleshooting page: its messages
-    end with the line ``(troubleshooting: docs/troubleshooting.md#<class name, lower
-    case>)`` (a message quoting another fiber error keeps one such line per entry)."""
+    """Give the error class ``cls`` its entry of the troubleshooting page: each of its
+    exceptions gets the note ``troubleshooting: docs/troubleshooting.md#<class name,
+    lower case>`` (once, also when a documented subclass calls its ``__init__``)."""
     cls.troubleshooting = cls.__name__.lower()  # type: ignore[attr-defined]
-    if "__str__" in cls.__dict__ and cls.__dict__["__str__"] is not _message_with_entry:
-        cls._plain_str = cls.__dict__["__str__"]  # type: ignore[attr-defined]
-    cls.__str__ = _message_with_entry  # type: ignore[method-assign]
+    init = cls.__init__
+
+    def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        note = troubleshooting_note(self)
+        if note not in getattr(self, "__notes__", ()) and hasattr(self, "add_note"):
+            self.add_note(note)  # Python 3.11+ (3.10 prints no notes)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
     return cls
 
 
