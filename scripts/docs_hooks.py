@@ -13,11 +13,18 @@ They put into the site what lives outside ``docs/`` so that it has one source:
   and optional, generated from :class:`fiber.backend.Backend` itself (its abstract
   methods and ``fiber.backend.base.REQUIRED``, each method's docstring, each
   attribute's ``#:`` comment and default), so that it cannot drift from the contract;
+* ``<!-- fiber:code PATH -->`` becomes the repository file PATH as a collapsible block
+  of code (the examples page shows each example so);
 * ``<!-- fiber:include PATH -->`` becomes the repository file PATH (a plugin's
   README.md, bench/RESULTS.md), its relative links rewritten to the site's pages;
 * the benchmark's result pages and plots (``bench/**``) are added to the site at the
   same paths as in the repository, so README-style links to them resolve;
-* the docstrings' Sphinx roles (``:class:`X```) are shown as code in the API pages;
+* an API page (``docs/api/``) opens with the table of its names, each linked to its
+  entry, from the modules' ``__all__`` (the ``public_names`` of each ``:::`` block);
+* every page's footer names the version of each package (their ``_version.py``);
+* after the build, every page's links and resources are checked to work opened from
+  disk and offline (``site_problems``): a link to a folder, a missing file or a
+  script from another host fails the build;
 * ``examples/quickstart.ipynb`` becomes the page ``quickstart.md`` (its markdown cells,
   its code cells and the outputs stored in the notebook, its images as PNG files):
   lighter than a notebook plugin, which would pull nbconvert and a kernel into the build.
@@ -39,6 +46,8 @@ NOTEBOOK = ROOT / "examples" / "quickstart.ipynb"
 # a repository path of a link -> the site page it became (relative to docs/)
 _MOVED = {
     "README.md": "index.md",
+    "CHANGELOG.md": "changelog.md",
+    "CONTRIBUTING.md": "contributing.md",
     "plugins/fiber-docker/README.md": "backends/docker.md",
     "plugins/fiber-ssh/README.md": "backends/ssh.md",
     "plugins/fiber-slurm/README.md": "backends/slurm.md",
@@ -282,6 +291,96 @@ def notebook_markdown(path: Path = NOTEBOOK) -> tuple[str, dict[str, bytes]]:
     return "\n".join(out), images
 
 
+# the packages whose documentation the site is: (distribution, its _version.py)
+PACKAGES = [
+    ("fiber-core", "fiber_core/src/fiber/_version.py"),
+    ("fiber-docker", "plugins/fiber-docker/src/fiber_docker/_version.py"),
+    ("fiber-ssh", "plugins/fiber-ssh/src/fiber_ssh/_version.py"),
+    ("fiber-slurm", "plugins/fiber-slurm/src/fiber_slurm/_version.py"),
+    ("fiber-k8s", "plugins/fiber-k8s/src/fiber_k8s/_version.py"),
+]
+
+
+def versions() -> dict[str, str]:
+    """Each package's version, as its ``_version.py`` (the one place it is written)
+    says."""
+    found = {}
+    for name, path in PACKAGES:
+        match = re.search(r'^__version__ = "([^"]+)"', (ROOT / path).read_text(), re.M)
+        if match is None:
+            raise LookupError(f"no __version__ in {path}")
+        found[name] = match.group(1)
+    return found
+
+
+def version_footer() -> str:
+    """The site's footer: the version of every package it documents, and the license."""
+    found = versions()
+    plugins = ", ".join(f"{name} {v}" for name, v in found.items() if name != "fiber-core")
+    return (f"fiber {found['fiber-core']}: the documentation of fiber-core "
+            f"{found['fiber-core']} and of the plugins {plugins}. "
+            "Apache License 2.0.")
+
+
+def on_config(config: Any) -> Any:
+    """Write the packages' versions into the footer of every page."""
+    config["copyright"] = version_footer()
+    return config
+
+
+def site_problems(site: Path, site_url: str | None = None) -> list[str]:
+    """What would break in the built site ``site`` opened from disk (``file://``, no
+    server to turn a folder into its index.html) or offline: every page's local link
+    or resource must name a file of the site (not a folder), and no page may load a
+    script, stylesheet or image from another host. ``404.html``, which a server sends
+    for a missing path at any depth, has absolute links: they must resolve from the
+    path of ``site_url`` (the server's root when unset)."""
+    from urllib.parse import unquote, urlsplit
+
+    problems: list[str] = []
+    root_path = urlsplit(site_url).path if site_url else "/"
+    for page in sorted(site.rglob("*.html")):
+        name = page.relative_to(site).as_posix()
+        html = page.read_text(encoding="utf-8", errors="replace")
+        for attrs in re.findall(r"<\w+\b([^>]*)>", html):
+            found = re.search(r"\s(href|src)=\"([^\"]*)\"", attrs)
+            if found is None:
+                continue
+            attr, target = found.groups()
+            if target.startswith(("#", "mailto:", "javascript:", "data:")):
+                continue
+            if re.match(r"[a-z]+:|//", target):
+                # a link to another site is fine; loading a part of the page is not
+                if attr == "src" or re.search(r"rel=\"[^\"]*(stylesheet|icon|preload)", attrs):
+                    problems.append(f"{name}: loads {target} from another host")
+                continue
+            path = unquote(target.split("#", 1)[0].split("?", 1)[0])
+            if not path:
+                continue
+            if path.startswith("/"):
+                if name != "404.html":
+                    problems.append(f"{name}: absolute link {target} (breaks from disk)")
+                    continue
+                if not path.startswith(root_path):
+                    problems.append(f"404.html: {target} is outside the site's path {root_path}")
+                    continue
+                resolved = site / path[len(root_path):]
+            else:
+                resolved = page.parent / path
+            if not resolved.is_file():
+                what = "a folder" if resolved.is_dir() else "missing"
+                problems.append(f"{name}: {attr}={target} is {what}")
+    return problems
+
+
+def on_post_build(config: Any) -> None:
+    """Fail the build if the site would break opened from disk or offline."""
+    problems = site_problems(Path(config["site_dir"]), config.get("site_url"))
+    if problems:
+        raise SystemExit("the site would break opened from disk or offline:\n  "
+                         + "\n  ".join(problems[:40]))
+
+
 def on_files(files: Any, config: Any) -> Any:
     """Add the benchmark's pages and plots and the rendered notebook to the site."""
     from mkdocs.structure.files import File
@@ -313,29 +412,108 @@ def drop_missing_plots(markdown: str, source: str) -> str:
     return re.sub(r"!\[([^\]]*)\]\(([^)\s:]+\.png)\)", one, markdown)
 
 
-def _role(match: re.Match[str]) -> str:
-    target = match.group(1)
-    if target.startswith("~"):
-        target = target[1:].rsplit(".", 1)[-1]
-    return f"<code>{target}</code>"
+def _summary(doc: str | None) -> str:
+    import inspect
+
+    """The first sentence of a docstring, its roles shown as code, for a table cell."""
+    if not doc:
+        return ""
+    text = " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split())
+    text = re.sub(r":(?:py:)?[a-z]+:`~?([^`<]*?)\s*(?:<[^>]*>)?`",
+                  lambda m: f"`{m.group(1).rsplit('.', 1)[-1] if '~' in m.group(0) else m.group(1)}`",
+                  text)
+    text = text.replace("``", "`")
+    end = re.search(r"(?<![ .][a-z])\.(\s|$)(?![a-z])", text)
+    if end is not None:
+        text = text[:end.start() + 1]
+    return _cell(text if len(text) <= 200 else text[:197].rsplit(" ", 1)[0] + " ...")
 
 
-def on_page_content(html: str, page: Any, config: Any, files: Any) -> str:
-    """The docstrings cross-reference in Sphinx's roles (``:class:`Job```), which
-    Markdown leaves as text before the code: the API pages show the code alone
-    (``~a.b.C`` as ``C``, as Sphinx shows it)."""
-    return re.sub(r":(?:py:)?(?:class|func|meth|mod|data|attr|exc|obj|const):"
-                  r"<code>([^<]*)</code>", _role, html)
+def _kind(value: Any) -> str:
+    import inspect
+
+    if inspect.ismodule(value):
+        return "module"
+    if inspect.isclass(value):
+        return "exception" if issubclass(value, BaseException) else "class"
+    if inspect.isroutine(value):
+        return "function"
+    return "data"
+
+
+def _counterpart(full: str, value: Any) -> str:
+    """For a name with no docstring: the multiprocessing name it mirrors, if any."""
+    import importlib
+
+    module, _, name = full.rpartition(".")
+    mp_module = "multiprocessing" + module[len("fiber"):]
+    try:
+        theirs = getattr(importlib.import_module(mp_module), name)
+    except (ImportError, AttributeError):
+        return ""
+    if theirs is value:
+        return f"the standard library's `{mp_module}.{name}` itself"
+    return f"as `{mp_module}.{name}`"
+
+
+def public_names(path: str) -> list[tuple[str, Any]]:
+    """The public names of the module or object ``path`` with their values: a module's
+    ``__all__`` (as the imported module has it), or else the classes and functions it
+    defines; an object is its own one name."""
+    import importlib
+    import inspect
+    import warnings
+
+    try:
+        module = importlib.import_module(path)
+    except ImportError:
+        parent, _, name = path.rpartition(".")
+        return [(path, getattr(importlib.import_module(parent), name))]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a deprecated name warns when read
+        if hasattr(module, "__all__"):
+            return [(f"{path}.{n}", getattr(module, n)) for n in module.__all__
+                    if n != "__version__"]
+        return [(f"{path}.{n}", v) for n, v in vars(module).items()
+                if not n.startswith("_") and (inspect.isclass(v) or inspect.isfunction(v))
+                and v.__module__ == path]
+
+
+def names_table(markdown: str) -> str:
+    """The table of every public name of the ``::: path`` blocks of an API page, each
+    a link to its entry (so the strict build fails if a name has none), its kind and
+    the first sentence of its docstring."""
+    rows = ["| name | kind | summary |", "|---|---|---|"]
+    for path in re.findall(r"^::: (\S+)", markdown, re.M):
+        for full, value in public_names(path):
+            kind = _kind(value)
+            summary = _summary(getattr(value, "__doc__", None) if kind != "data" else None)
+            rows.append(f"| [`{full}`][{full}] | {kind} | {summary or _counterpart(full, value)} |")
+    return "\n".join(rows) + "\n"
+
+
+def code_markdown(path: str) -> str:
+    """``<!-- fiber:code PATH -->``: the repository file PATH as a collapsible block of
+    code (pymdownx.details), so a page shows an example's code from its one source."""
+    text = (ROOT / path).read_text(encoding="utf-8").rstrip("\n")
+    body = "\n".join(("    " + line) if line else "" for line in
+                     ["```python", *text.split("\n"), "```"])
+    return f'??? example "{path} ({len(text.splitlines())} lines)"\n\n{body}\n'
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    """Expand the settings and contract tables and the includes of a page."""
+    """Expand the settings and contract tables and the includes of a page; an API
+    page opens with the table of its names."""
+    if page.file.src_uri.startswith("api/") and "\n::: " in markdown:
+        title, _, rest = markdown.partition("\n")
+        markdown = f"{title}\n\n{names_table(markdown)}\n{rest}"
     if page.file.src_uri.startswith("bench/"):
         markdown = drop_missing_plots(markdown, page.file.src_uri)
     if "<!-- fiber:settings -->" in markdown:
         markdown = markdown.replace("<!-- fiber:settings -->", settings_markdown())
     if "<!-- fiber:contract -->" in markdown:
         markdown = markdown.replace("<!-- fiber:contract -->", contract_markdown())
+    markdown = re.sub(r"<!-- fiber:code (\S+) -->", lambda m: code_markdown(m.group(1)), markdown)
     markdown = re.sub(r"<!-- fiber:backend (\S+) -->",
                       lambda m: backend_markdown(m.group(1)), markdown)
     return include(markdown, page.file.src_uri)

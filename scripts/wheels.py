@@ -3,7 +3,8 @@
 
 1. ``python -m build`` makes the sdist of fiber-core and of each plugin, and the wheel
    from that sdist (so both are checked), into one directory;
-2. each package's files carry the version of its ``_version.py``;
+2. each package's files carry the version of its ``_version.py`` and the repository's
+   LICENSE (Apache-2.0, in the metadata too);
 3. a fresh ``python -m venv`` gets the wheels (their dependencies from the index), and
    from a directory outside the clone: ``fiber --version`` names every package,
    ``fiber backends`` lists every backend, ``import fiber`` comes from the venv and
@@ -19,7 +20,9 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,6 +60,22 @@ def check(condition: bool, message: str) -> None:
         raise SystemExit(f"wheels check failed: {message}")
 
 
+def check_license(dist: Path, stem: str) -> None:
+    """The sdist and the wheel carry the repository's LICENSE (a package directory's
+    LICENSE is a link to it) and say Apache-2.0 in their metadata."""
+    license_text = (ROOT / "LICENSE").read_bytes()
+    with tarfile.open(dist / f"{stem}.tar.gz") as sdist:
+        member = sdist.extractfile(f"{stem}/LICENSE")
+        check(member is not None and member.read() == license_text,
+              f"{stem}.tar.gz has no LICENSE equal to the repository's")
+    with zipfile.ZipFile(dist / f"{stem}-py3-none-any.whl") as wheel:
+        check(wheel.read(f"{stem}.dist-info/licenses/LICENSE") == license_text,
+              f"{stem}'s wheel has no LICENSE equal to the repository's")
+        metadata = wheel.read(f"{stem}.dist-info/METADATA").decode()
+        check("License-Expression: Apache-2.0" in metadata,
+              f"{stem}'s wheel metadata does not say License-Expression: Apache-2.0")
+
+
 def main() -> None:
     with tempfile.TemporaryDirectory(prefix="fiber-wheels-") as tmp:
         dist, venv, elsewhere = Path(tmp, "dist"), Path(tmp, "venv"), Path(tmp, "run")
@@ -73,6 +92,7 @@ def main() -> None:
             stem = name.replace("-", "_") + "-" + version
             check((dist / f"{stem}.tar.gz").is_file(), f"no sdist {stem}.tar.gz")
             check((dist / f"{stem}-py3-none-any.whl").is_file(), f"no wheel {stem}-*.whl")
+            check_license(dist, stem)
 
         run(sys.executable, "-m", "venv", venv)
         python, fiber = venv / "bin" / "python", venv / "bin" / "fiber"

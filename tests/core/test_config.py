@@ -153,5 +153,7 @@ def test_unbalanced_quote_is_an_error_naming_file_and_line(tmp_path, monkeypatch
     monkeypatch.delenv("FIBER_IMAGE", raising=False)
     key = line.split()[0]
     with pytest.raises(ConfigError, match=rf"^{cfgfile}, line 6: the value of '{key}' .* "
-                       "unbalanced quote .*: put the value between two quotes or none$"):
+                       "unbalanced quote .*: put the value between two quotes or none\n"
+                       # pytest matches the exception's notes too: its troubleshooting entry
+                       r"troubleshooting: docs/troubleshooting\.md#configerror$"):
         config.load()

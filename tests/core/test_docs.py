@@ -104,3 +104,87 @@ def test_backend_authors_page_table_is_the_contract() -> None:
         assert ("| **yes** |" in row) == (name in REQUIRED), row
     page = (ROOT / "docs" / "writing-a-backend.md").read_text(encoding="utf-8")
     assert "<!-- fiber:contract -->" in page  # where the hook puts the table
+
+
+PACKAGE_DIRS = ["fiber_core", "plugins/fiber-docker", "plugins/fiber-ssh",
+                "plugins/fiber-slurm", "plugins/fiber-k8s"]
+
+
+def test_license_is_apache_and_every_package_ships_it() -> None:
+    license_text = (ROOT / "LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in license_text and "Version 2.0, January 2004" in license_text
+    assert "END OF TERMS AND CONDITIONS" in license_text
+    for directory in PACKAGE_DIRS:
+        # the package's own LICENSE (a link to the repository's) goes into its sdist and
+        # wheel: scripts/wheels.py checks the built files
+        assert (ROOT / directory / "LICENSE").read_text(encoding="utf-8") == license_text
+        pyproject = (ROOT / directory / "pyproject.toml").read_text(encoding="utf-8")
+        assert re.search(r'^license = "Apache-2.0"$', pyproject, re.M), directory
+        assert re.search(r'^license-files = \["LICENSE"\]$', pyproject, re.M), directory
+
+
+def test_changelog_has_an_unreleased_section_and_says_how_to_add() -> None:
+    changelog = (ROOT / "CHANGELOG.md").read_text(encoding="utf-8")
+    sections = re.findall(r"^## (.+)$", changelog, re.M)
+    assert sections and sections[0] == "Unreleased"
+    assert "CONTRIBUTING.md#the-changelog" in changelog
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    assert "## The changelog" in contributing
+    for page, source in (("changelog.md", "CHANGELOG.md"), ("contributing.md", "CONTRIBUTING.md")):
+        assert f"<!-- fiber:include {source} -->" in (ROOT / "docs" / page).read_text()
+
+
+def test_documentation_tools_are_pinned() -> None:
+    pins = (ROOT / "scripts" / "docs-requirements.txt").read_text(encoding="utf-8")
+    lines = [line for line in pins.splitlines() if line.strip() and not line.startswith("#")]
+    names = set()
+    for line in lines:
+        match = re.fullmatch(r"([A-Za-z0-9_.-]+)(\[[a-z,]+\])?==[0-9][0-9a-z.]*", line.strip())
+        assert match, f"not an exact pin: {line!r}"
+        names.add(match.group(1).lower())
+    assert {"mkdocs", "mkdocs-material", "mkdocstrings", "mkdocstrings-python", "griffe",
+            "mkdocs-autorefs", "markdown", "pymdown-extensions", "pygments"} <= names
+    tox = (ROOT / "tox.ini").read_text(encoding="utf-8")
+    lint = tox.split("[testenv:lint]", 1)[1].split("\n[", 1)[0]
+    assert "-r scripts/docs-requirements.txt" in lint
+    assert not re.search(r"^\s+mkdocs", lint, re.M), "a documentation tool unpinned in tox.ini"
+    assert "scripts/docs-requirements.txt" in (ROOT / "scripts" / "docs").read_text()
+
+
+def test_site_footer_names_every_package_version() -> None:
+    footer = _hooks().version_footer()
+    for directory in PACKAGE_DIRS:
+        version_file = next((ROOT / directory / "src").glob("*/_version.py"))
+        found = re.search(r'__version__ = "([^"]+)"', version_file.read_text())
+        assert found is not None
+        version = found.group(1)
+        name = "fiber-core" if directory == "fiber_core" else Path(directory).name
+        assert f"{name} {version}" in footer
+    assert "Apache License 2.0" in footer
+
+
+def test_site_check_finds_what_breaks_from_disk(tmp_path: Path) -> None:
+    """scripts/docs_hooks.py's check, run on every build, on a small site made here:
+    a link to a folder (what use_directory_urls made), a missing page, a script from a
+    CDN and a 404 page whose links miss the site's path are each found; a good site
+    has no problem."""
+    site_problems = _hooks().site_problems
+    (tmp_path / "api").mkdir()
+    (tmp_path / "assets").mkdir()
+    (tmp_path / "assets" / "app.js").write_text("")
+    (tmp_path / "api" / "pool.html").write_text(
+        '<a href="../index.html#top">home</a><script src="../assets/app.js"></script>'
+        '<a href="https://example.org/">elsewhere</a>')
+    (tmp_path / "index.html").write_text('<a href="api/pool.html">pool</a>')
+    (tmp_path / "404.html").write_text('<link rel="stylesheet" href="/assets/app.js">')
+    assert site_problems(tmp_path) == []
+    (tmp_path / "index.html").write_text(
+        '<a href="api/">folder</a><a href="gone.html">gone</a>'
+        '<script src="https://cdn.example.org/x.js"></script>')
+    problems = site_problems(tmp_path)
+    assert problems == ["index.html: href=api/ is a folder",
+                        "index.html: href=gone.html is missing",
+                        "index.html: loads https://cdn.example.org/x.js from another host"]
+    (tmp_path / "index.html").write_text('<a href="api/pool.html">pool</a>')
+    assert site_problems(tmp_path, "https://example.org/fiber/") == [
+        "404.html: /assets/app.js is outside the site's path /fiber/"]

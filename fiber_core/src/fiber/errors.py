@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pickle
 from multiprocessing import AuthenticationError, BufferTooShort, ProcessError, TimeoutError
+from typing import Any, TypeVar
 
 __all__ = [
     "NotPrivateError",
@@ -194,3 +195,44 @@ class PluginContractError(BackendNotFoundError):
     speaks, an invalid declaration), its class path does not resolve, or its class
     does not implement the contract. The message names the plugin's distribution, its
     entry point or dotted path, and the fault."""
+
+
+# -- each error's entry in the troubleshooting page -----------------------------------------
+# docs/troubleshooting.md (troubleshooting.html in the built site) has an entry for every
+# error class, whose id is the class name in lower case. A documented class's exception
+# carries a note naming its entry (so do its subclasses', with their nearest entry), which
+# Python (3.11+) prints under the message; str(exc), and so every message fiber logs or
+# tests read, is unchanged. tests/core/test_troubleshooting.py checks every entry named.
+TROUBLESHOOTING = "docs/troubleshooting.md"
+
+_E = TypeVar("_E", bound=type[BaseException])
+
+
+def troubleshooting_note(error: BaseException) -> str:
+    """The note naming ``error``'s entry of the troubleshooting page."""
+    return f"troubleshooting: {TROUBLESHOOTING}#{getattr(error, 'troubleshooting', '')}"
+
+
+def documented(cls: _E) -> _E:
+    """Give the error class ``cls`` its entry of the troubleshooting page: each of its
+    exceptions gets the note ``troubleshooting: docs/troubleshooting.md#<class name,
+    lower case>`` (once, also when a documented subclass calls its ``__init__``)."""
+    cls.troubleshooting = cls.__name__.lower()  # type: ignore[attr-defined]
+    init = cls.__init__
+
+    def __init__(self: BaseException, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        note = troubleshooting_note(self)
+        if note not in getattr(self, "__notes__", ()) and hasattr(self, "add_note"):
+            self.add_note(note)  # Python 3.11+ (3.10 prints no notes)
+
+    cls.__init__ = __init__  # type: ignore[method-assign]
+    return cls
+
+
+for _error in (NotPrivateError, ProcessStartError, WorkerLostError, ResultUnpicklingError,
+               FiberThreadError, ForkedProcessError, ConnectionLostError, SerializationError,
+               RemoteError, ConfigError, BackendError, JobCreationError, TransientBackendError,
+               ClusterUnreachableError, BackendNotFoundError, PluginContractError,
+               JournalError, HandleError, ListenerLostError, ImageBuildError):
+    documented(_error)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from fiber.errors import ProcessError
+from fiber.errors import ProcessError, documented
 
 if TYPE_CHECKING:  # imported when a ring runs (start-up time)
     from fiber.process import Process
@@ -47,6 +47,7 @@ RENDEZVOUS_TIMEOUT = 600.0  # jobs may queue on a cluster before they start
 POLL = 0.5
 
 
+@documented
 class RingError(ProcessError):
     """A ring member failed (``rank`` says which); the others were stopped."""
 

@@ -25,7 +25,7 @@ import sys
 import time
 from typing import Any
 
-from fiber.errors import AuthenticationError, ConnectionLostError, NotPrivateError
+from fiber.errors import AuthenticationError, ConnectionLostError, NotPrivateError, documented
 from fiber.runtime import status
 
 __all__ = ["INSTALL_HINT", "main"]
@@ -36,6 +36,7 @@ INSTALL_HINT = ("fiber top needs the rich package (fiber-core's `top` extra): fr
                 "`fiber top --once --json` works without it")
 
 
+@documented
 class TopError(Exception):
     """What ``fiber top`` reports as a message (exit status 1)."""
 

@@ -42,7 +42,7 @@ from collections.abc import Mapping, MutableMapping
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from fiber.errors import JobCreationError
+from fiber.errors import JobCreationError, documented
 
 if TYPE_CHECKING:
     from fiber.backend.base import Backend
@@ -59,6 +59,7 @@ DELIVERIES = ("private", "env")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
+@documented
 class SecretsFileError(OSError):
     """A job's secrets file cannot be read (missing, unreadable, malformed)."""
 
