@@ -237,7 +237,8 @@ class Journal:
             "not journaled (a re-run computes them again). Free space or fix the file, "
             "then run the program again")
         self._failure.__cause__ = exc
-        logger.error("%s", self._failure)
+        logger.error("journal %s: writing failed (%s); the results from then on are not "
+                     "journaled", self.path, exc)
 
     def _died(self, error: FiberThreadError) -> None:
         self._fail(error)
