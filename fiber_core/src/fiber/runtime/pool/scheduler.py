@@ -241,7 +241,7 @@ class Scheduler(Functions, Recall):
         if self.state != RUN or self.broken is not None:
             self.check_running()
         task = Task(next(self.task_ids), self.func_id(func), _CALL,
-                    (tuple(args), dict(kwds) if kwds else {}), sink, 0, 1)
+                    (tuple(args), dict(kwds) if kwds else {}), sink, 0, 1, func)
         w = None if self.queue else self.idle_worker()
         if w is None:
             self.queue.append(task)
@@ -277,7 +277,7 @@ class Scheduler(Functions, Recall):
         add = tasks.append
         for i in range(first, end, chunksize):
             chunk = items[i:min(i + chunksize, end)]
-            add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk)))
+            add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk), func))
         self.queue.extend(tasks)
         self.ahead = ahead
         self.dispatch_waiting()
@@ -516,7 +516,11 @@ class Scheduler(Functions, Recall):
                 w.funcs.add(task.fid)
             wire.append((task.id, task.fid, code, task.kind, task.payload))
         try:
-            data = serialization.dumps((flags, wire))
+            if w.forget:  # functions it has that were freed here: it drops them
+                data = serialization.dumps((flags, wire, w.forget))
+                w.forget = []
+            else:
+                data = serialization.dumps((flags, wire))
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
                 task.done = True
@@ -735,7 +739,7 @@ class Scheduler(Functions, Recall):
         task.superseded = True
         for offset, item in enumerate(task.payload):
             part = Task(next(self.task_ids), task.fid, task.kind, [item], task.sink,
-                        task.start + offset, 1)
+                        task.start + offset, 1, task.func)
             part.attempts = task.attempts
             part.alone = True
             parts.append(part)
