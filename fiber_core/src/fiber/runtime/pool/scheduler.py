@@ -376,8 +376,20 @@ class Scheduler(Functions, Recall):
         if w.order and w.order[0] == line:
             w.order.rotate(-1)  # the worker now waits on its other line
         self.recent = w
+        if self.lost and not self.outstanding and not self.queue:
+            self.forget_done_lost()  # (nothing is with a worker: a map may be over)
         self.park(w, line, request)
         return done
+
+    def forget_done_lost(self) -> None:
+        """Drop the lost workers' tasks that are done (or superseded) from
+        :attr:`lost`: a late result of theirs would be ignored anyway, and a finished
+        map's tasks, with their arguments, are not kept for it."""
+        for wid, tasks in list(self.lost.items()):
+            for tid in [tid for tid, t in tasks.items() if t.done or t.superseded]:
+                del tasks[tid]
+            if not tasks:
+                del self.lost[wid]
 
     def lost_results(self, wid: int, items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
         """Results sent by worker ``wid`` before it was given up: each task not yet
