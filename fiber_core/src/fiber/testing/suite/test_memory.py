@@ -153,31 +153,31 @@ def test_a_returned_call_keeps_no_argument_bound_in_its_function() -> None:
 
 
 class Fatal(Box):
-    """An argument whose task ends its worker the first time (``marker`` is made)."""
+    """An argument whose task ends its worker the first time (``died`` is set then)."""
 
-    def __init__(self, value: int, marker: str) -> None:
+    def __init__(self, value: int, died: Any) -> None:
         super().__init__(value)
-        self.marker = marker
+        self.died = died
 
 
 def double_or_die_once(box: Box) -> Box:
-    if isinstance(box, Fatal) and not os.path.exists(box.marker):
-        open(box.marker, "w").close()
+    if isinstance(box, Fatal) and not box.died.is_set():
+        box.died.set()
         os._exit(1)
     return Box(box.value * 2)
 
 
-def test_a_map_that_lost_a_worker_keeps_no_argument_once_returned(pool: fiber.Pool,
-                                                                  tmp_path: Any) -> None:
+def test_a_map_that_lost_a_worker_keeps_no_argument_once_returned(pool: fiber.Pool) -> None:
     # the tasks a lost worker held are kept a while for its late results; once the map
     # has returned, none of them (and so no argument) is kept. Before, the last 64
     # lost workers' tasks were kept with their arguments (and their map's results)
+    died = fiber.Event()
     args = [Box(i) for i in range(10)]
-    args[3] = Fatal(3, str(tmp_path / "died"))
+    args[3] = Fatal(3, died)
     refs = [weakref.ref(a) for a in args]
     out = pool.map(double_or_die_once, args, chunksize=1)
     assert [b.value for b in out] == [2 * i for i in range(10)]
-    assert (tmp_path / "died").exists()  # a worker was lost
+    assert died.is_set()  # a worker was lost
     out_refs = [weakref.ref(b) for b in out]
     del args, out
     assert (_alive(refs), _alive(out_refs)) == (0, 0)
