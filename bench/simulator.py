@@ -293,7 +293,8 @@ class Worker:
                 self._next(_now())
             return
         COUNTS["batches"] += 1
-        flags, batch = serialization.loads(memoryview(body)[2:])
+        message = serialization.loads(memoryview(body)[2:])  # (flags, batch[, forget])
+        flags, batch = message[0], message[1]
         flags = int(flags)
         self.numbers[pool_line] += 1
         tasks = []

@@ -155,8 +155,9 @@ class StatusOp:
 
 
 class BatchFlag:
-    """Flags of a ``TASKS`` answer, ``(flags, batch)``: a bool (True: a suspect batch)
-    or these bits."""
+    """Flags of a ``TASKS`` answer, ``(flags, batch)`` or ``(flags, batch, forget)``
+    (``forget``: ids of functions the parent freed, which the worker drops): a bool
+    (True: a suspect batch) or these bits."""
 
     SUSPECT = 1  # the worker confirms with STARTED that it begins the batch
     OPEN_GIVE = 2  # open the give line (a GIVE request) if it is closed

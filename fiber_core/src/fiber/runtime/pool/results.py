@@ -56,9 +56,10 @@ class ApplyResult(Generic[_T]):
     def wait(self, timeout: float | None = None) -> None:
         if self._ready:
             return
-        if self._direct is not None and (timeout is None or timeout > 0):
+        task = self._task  # (None once the outcome is in: read once)
+        if task is not None and self._direct is not None and (timeout is None or timeout > 0):
             deadline = None if timeout is None else time.monotonic() + timeout
-            self._direct(self._task, self, timeout)
+            self._direct(task, self, timeout)
             if self._ready:
                 return
             if deadline is not None:
@@ -91,6 +92,9 @@ class ApplyResult(Generic[_T]):
                 self._error_callback(value)
         finally:
             self._ready = True
+            # the task is not needed to wait any more: no cycle (the task's sink is
+            # this result) keeps the two, with the task's function, for the collector
+            self._task = None
             self._done.release()
 
     def _set(self, start: int, count: int, ok: bool, value: Any) -> None:

@@ -243,7 +243,7 @@ class Scheduler(Functions, Recall):
         if self.state != RUN or self.broken is not None:
             self.check_running()
         task = Task(next(self.task_ids), self.func_id(func), _CALL,
-                    (tuple(args), dict(kwds) if kwds else {}), sink, 0, 1)
+                    (tuple(args), dict(kwds) if kwds else {}), sink, 0, 1, func)
         w = None if self.queue else self.idle_worker()
         if w is None:
             self.queue.append(task)
@@ -279,7 +279,7 @@ class Scheduler(Functions, Recall):
         add = tasks.append
         for i in range(first, end, chunksize):
             chunk = items[i:min(i + chunksize, end)]
-            add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk)))
+            add(Task(next(ids), fid, kind, chunk, sink, start + i - first, len(chunk), func))
         self.queue.extend(tasks)
         self.ahead = ahead
         self.dispatch_waiting()
@@ -379,8 +379,20 @@ class Scheduler(Functions, Recall):
         if w.order and w.order[0] == line:
             w.order.rotate(-1)  # the worker now waits on its other line
         self.recent = w
+        if self.lost and not self.outstanding and not self.queue:
+            self.forget_done_lost()  # (nothing is with a worker: a map may be over)
         self.park(w, line, request)
         return done
+
+    def forget_done_lost(self) -> None:
+        """Drop the lost workers' tasks that are done (or superseded) from
+        :attr:`lost`: a late result of theirs would be ignored anyway, and a finished
+        map's tasks, with their arguments, are not kept for it."""
+        for wid, tasks in list(self.lost.items()):
+            for tid in [tid for tid, t in tasks.items() if t.done or t.superseded]:
+                del tasks[tid]
+            if not tasks:
+                del self.lost[wid]
 
     def lost_results(self, wid: int, items: Iterable[tuple[int, bool, Any]]) -> list[Outcome]:
         """Results sent by worker ``wid`` before it was given up: each task not yet
@@ -519,7 +531,11 @@ class Scheduler(Functions, Recall):
                 w.funcs.add(task.fid)
             wire.append((task.id, task.fid, code, task.kind, task.payload))
         try:
-            data = serialization.dumps((flags, wire))
+            if w.forget:  # functions it has that were freed here: it drops them
+                data = serialization.dumps((flags, wire, w.forget))
+                w.forget = []
+            else:
+                data = serialization.dumps((flags, wire))
         except Exception as exc:  # noqa: BLE001 - an argument cannot be pickled
             for task in batch:
                 task.done = True
@@ -739,7 +755,7 @@ class Scheduler(Functions, Recall):
         task.superseded = True
         for offset, item in enumerate(task.payload):
             part = Task(next(self.task_ids), task.fid, task.kind, [item], task.sink,
-                        task.start + offset, 1)
+                        task.start + offset, 1, task.func)
             part.attempts = task.attempts
             part.alone = True
             parts.append(part)

@@ -44,15 +44,18 @@ class Line(Protocol):
 
 class Task:
     """One task: ``payload`` is ``(args, kwds)`` for a call, else a chunk of ``count``
-    items that start at index ``start`` of the input."""
+    items that start at index ``start`` of the input. ``func`` is its function, held so
+    that the table keeps the function's pickle while a task of it is left (it knows
+    functions weakly: :mod:`~fiber.runtime.pool.functions`)."""
 
     __slots__ = ("id", "fid", "kind", "payload", "sink", "start", "count", "attempts",
-                 "alone", "done", "superseded", "started", "worker")
+                 "alone", "done", "superseded", "started", "worker", "func")
 
     def __init__(self, tid: int, fid: int, kind: int, payload: Any, sink: Sink, start: int,
-                 count: int) -> None:
+                 count: int, func: Any = None) -> None:
         self.id = tid
         self.fid = fid
+        self.func = func
         self.kind = kind
         self.payload = payload
         self.sink = sink
@@ -84,7 +87,7 @@ class Worker:
     __slots__ = ("id", "process", "peer", "order", "parked", "held", "funcs",
                  "dispatched", "stopping", "dismissed", "alive", "connected", "listed",
                  "wire", "since", "giving", "sent", "recalling", "recall_line", "awaiting",
-                 "give_open", "direct", "born")
+                 "give_open", "direct", "born", "forget")
 
     def __init__(self, wid: int) -> None:
         self.id = wid
@@ -112,6 +115,7 @@ class Worker:
         self.awaiting = False  # idle, and tasks were asked back from others for it
         self.give_open = False  # it was asked to open its give line (not closed since)
         self.born = time.time()  # when it was asked for (Pool.stats' uptime)
+        self.forget: list[int] = []  # functions it has that are freed: told with a batch
 
     @property
     def busy(self) -> bool:

@@ -254,6 +254,7 @@ class ResultSender:
                     results.append(pending.popleft())
                 sent = self._send(results)
                 self._held = []
+                del results  # (sent: not kept while the thread waits)
                 if not sent:
                     return
 
@@ -295,7 +296,11 @@ def worker(address: str, cid: int, worker_id: int,
             if reply[:1] == STOP:
                 ctx.close()
                 continue
-            flags, batch = serialization.loads(memoryview(reply)[1:])
+            message = serialization.loads(memoryview(reply)[1:])
+            flags, batch = message[0], message[1]
+            if len(message) > 2:  # functions the parent freed: never sent again
+                for func_id in message[2]:
+                    funcs.pop(func_id, None)
             if flags & OPEN_GIVE:
                 giver.open()
             if flags & SUSPECT:
@@ -320,6 +325,9 @@ def worker(address: str, cid: int, worker_id: int,
             # once per line
             ctx.send_request(encode(results, heads[line] + BATCH_TIME.pack(busy, ran)))
             lines.append((line, ctx))
+            # as multiprocessing's worker drops its task and result: nothing of this
+            # batch (arguments, results) is kept while the worker waits for the next
+            del message, batch, results
     finally:
         if sender is not None:
             sender.close()

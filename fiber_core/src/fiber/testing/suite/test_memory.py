@@ -6,8 +6,10 @@ and on ``apply_async``/``apply``, with the pool still running."""
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -33,8 +35,18 @@ def add(a: Box, b: Box) -> Box:
 
 
 def _alive(refs: list[weakref.ref[Any]]) -> int:
-    gc.collect()
-    return sum(ref() is not None for ref in refs)
+    """How many of ``refs`` still refer to an object once the pool's threads are done
+    with the call: a result is delivered by another thread, which may still hold it for
+    a moment after ``get()`` returned (as multiprocessing's result handler does; it
+    drops its cache entry after waking the waiter), so they have up to 5 s to let go;
+    an object kept stays alive."""
+    deadline = time.monotonic() + 5
+    while True:
+        gc.collect()
+        alive = sum(ref() is not None for ref in refs)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.01)
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +124,63 @@ def test_a_dropped_async_result_object_is_freed(pool: fiber.Pool) -> None:
     refs = [weakref.ref(r) for r in results]
     del results, r
     assert _alive(refs) == 0
+
+
+def boxes_here(_: Any) -> int:
+    """The Box objects alive in this worker (after a collection)."""
+    gc.collect()
+    return sum(isinstance(o, Box) for o in gc.get_objects())
+
+
+def test_a_returned_call_keeps_no_argument_bound_in_its_function() -> None:
+    # pool.map(functools.partial(evaluate, theta), seeds), the evolution strategies'
+    # step: multiprocessing frees theta once the call returned and the partial is
+    # dropped, in the parent and in its workers. Before, fiber's parent kept the last
+    # 256 functions (and their pickles) and each worker every function it was ever
+    # sent: a new theta per step grew every worker's memory without bound
+    with fiber.Pool(1) as p:
+        for _ in range(3):
+            theta = Box(5)
+            ref = weakref.ref(theta)
+            assert p.map(functools.partial(add, theta), [Box(1), Box(2)],
+                         chunksize=1)[1].value == 7
+            assert p.apply_async(functools.partial(add, theta), (Box(3),)).get(120).value == 8
+            del theta
+            assert _alive([ref]) == 0
+        # the worker forgets the functions the parent freed with its next batch
+        assert p.map(boxes_here, range(2)) == [0, 0]
+    p.join()
+
+
+class Fatal(Box):
+    """An argument whose task ends its worker the first time (``died`` is set then)."""
+
+    def __init__(self, value: int, died: Any) -> None:
+        super().__init__(value)
+        self.died = died
+
+
+def double_or_die_once(box: Box) -> Box:
+    if isinstance(box, Fatal) and not box.died.is_set():
+        box.died.set()
+        os._exit(1)
+    return Box(box.value * 2)
+
+
+def test_a_map_that_lost_a_worker_keeps_no_argument_once_returned(pool: fiber.Pool) -> None:
+    # the tasks a lost worker held are kept a while for its late results; once the map
+    # has returned, none of them (and so no argument) is kept. Before, the last 64
+    # lost workers' tasks were kept with their arguments (and their map's results)
+    died = fiber.Event()
+    args = [Box(i) for i in range(10)]
+    args[3] = Fatal(3, died)
+    refs = [weakref.ref(a) for a in args]
+    out = pool.map(double_or_die_once, args, chunksize=1)
+    assert [b.value for b in out] == [2 * i for i in range(10)]
+    assert died.is_set()  # a worker was lost
+    out_refs = [weakref.ref(b) for b in out]
+    del args, out
+    assert (_alive(refs), _alive(out_refs)) == (0, 0)
 
 
 def nothing() -> None:
