@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from bench import adapt, baseline, chunks, compare, durable, faults, sim
+from bench import adapt, baseline, chunks, compare, dashboard_cost, durable, faults, sim
 
 logger = logging.getLogger("fiber.bench")
 
@@ -225,7 +225,8 @@ def markdown(data: dict) -> str:
               *_cold(data), "", *_bandwidth(data), "", *_process(data), "", *_scale(data), "",
               *_backends(data), "", *_startup(data), "", *_shared(data), "",
               *faults.markdown(data), *_floor_section(data), *chunks.section(data), "",
-              *adapt.section(data), *sim.section(data), *durable.section(data)]
+              *adapt.section(data), *sim.section(data), *durable.section(data),
+              *dashboard_cost.section(data)]
     return "\n".join(lines)
 
 

@@ -47,6 +47,8 @@ MODES: dict[str, dict] = {
         "sim_tasks_per_worker": 20, "sim_tasks_min": 2000, "sim_idle_seconds": 1.0,
         "sim_connect_timeout": 60, "sim_reps": 1,
         "durable_tasks": 200, "durable_rounds": 1, "durable_replay_items": 2000, "durable_reps": 1,
+        "dashboard_tasks": 200, "dashboard_round_seconds": 0.3, "dashboard_rounds": 1,
+        "dashboard_reps": 1,
     },
     "quick": {
         "reps": 3, "workers": 5, "durations": [0.01, 0.001], "ideal": 0.5,
@@ -87,6 +89,11 @@ MODES: dict[str, dict] = {
         # map, plain and durable alternated 5 times; a re-run of 100,000 journaled results
         "durable_tasks": 2000, "durable_rounds": 5, "durable_replay_items": 100_000,
         "durable_reps": 1,
+        # the dashboard's cost (bench/dashboard_cost.py; --kinds dashboard only): maps of
+        # 5,000 tiny tasks for 3 s per round, no dashboard / one idle / a page open in
+        # turn, 7 rounds
+        "dashboard_tasks": 5000, "dashboard_round_seconds": 3.0, "dashboard_rounds": 7,
+        "dashboard_reps": 1,
     },
     "full": {
         "reps": 5, "workers": 5, "durations": [1.0, 0.1, 0.01, 0.001], "ideal": 1.0,
@@ -113,6 +120,8 @@ MODES: dict[str, dict] = {
         "sim_timeout": 3600,
         "durable_tasks": 5000, "durable_rounds": 9, "durable_replay_items": 100_000,
         "durable_reps": 3,
+        "dashboard_tasks": 5000, "dashboard_round_seconds": 5.0, "dashboard_rounds": 11,
+        "dashboard_reps": 1,
     },
 }
 # Benchmark kinds and which contenders take part in each.
@@ -129,9 +138,11 @@ IPC_CONTENDERS = ["mp-fork", "mp-spawn"]  # plus fiber and the memory copy
 # master carrying up to 10,000 simulated workers); bench/sim.py
 # "durable": fiber (local) only, and only when asked for (--kinds durable): a durable
 # pool's throughput against a plain one's, and a re-run's replay; bench/durable.py
+# "dashboard": fiber (local) only, and only when asked for (--kinds dashboard): map
+# throughput with no dashboard, an idle one and a page open; bench/dashboard_cost.py
 KINDS = ("pool", "scale", "ipc", "startup", "shared", "faults", "floor", "chunks", "adapt",
-         "sim", "durable")
-OPT_IN = ("faults", "adapt", "sim", "durable")  # kinds run only when named
+         "sim", "durable", "dashboard")
+OPT_IN = ("faults", "adapt", "sim", "durable", "dashboard")  # kinds run only when named
 
 
 def _env(contender: str | None = None) -> dict[str, str]:
@@ -192,7 +203,7 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
     status: dict[str, dict] = {}
     jobs: dict[str, list[str]] = {"pool": [], "scale": [], "ipc": [], "startup": [],
                                   "shared": [], "faults": [], "floor": [], "chunks": [],
-                                  "adapt": [], "sim": [], "durable": []}
+                                  "adapt": [], "sim": [], "durable": [], "dashboard": []}
     heavy = set()
     for c in cmod.by_name(names):
         why = c.missing("pool")
@@ -220,8 +231,9 @@ def plan(names: list[str] | None, kinds: list[str] | None = None
             if c.name == "fiber":  # not a baseline: the simulator speaks this wire protocol
                 jobs["sim"].append(c.name)
                 jobs["durable"].append(c.name)
+                jobs["dashboard"].append(c.name)
     jobs["ipc"].append("memcpy")
-    if kinds is None:  # faults, adapt, sim and durable only when asked for
+    if kinds is None:  # faults, adapt, sim, durable and dashboard only when asked for
         jobs = {k: v for k, v in jobs.items() if k not in OPT_IN}
     else:
         jobs = {k: v for k, v in jobs.items() if k in kinds}
@@ -275,6 +287,8 @@ def run(mode: str, names: list[str] | None = None, out_dir: Path | None = None,
                 if kind == "sim" and rep >= cfg["sim_reps"]:
                     continue
                 if kind == "durable" and rep >= cfg["durable_reps"]:
+                    continue
+                if kind == "dashboard" and rep >= cfg["dashboard_reps"]:
                     continue
                 logger.info("rep %d/%d %s %s", rep + 1, cfg["reps"], kind, name)
                 res = run_worker(kind, name, dict(cfg, rep=rep))

@@ -233,9 +233,18 @@ def run_durable(name: str, cfg: dict, result: dict) -> None:
     _record(result, "durable", lambda: durable.measure(cfg))
 
 
+def run_dashboard(name: str, cfg: dict, result: dict) -> None:
+    """Map throughput with no dashboard, an idle one and a page open
+    (bench/dashboard_cost.py)."""
+    from bench import dashboard_cost
+
+    _record(result, "dashboard", lambda: dashboard_cost.measure(cfg))
+
+
 KINDS = {"pool": run_pool, "scale": run_scale, "ipc": run_ipc, "startup": run_startup,
          "shared": run_shared, "faults": run_faults, "floor": run_floor, "chunks": run_chunks,
-         "adapt": run_adapt, "sim": run_sim, "durable": run_durable}
+         "adapt": run_adapt, "sim": run_sim, "durable": run_durable,
+         "dashboard": run_dashboard}
 
 
 def main(argv: list[str]) -> int:
