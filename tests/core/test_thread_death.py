@@ -521,6 +521,32 @@ def test_fiber_thread_error_names_the_thread_and_keeps_the_cause():
         threads.start("fiber-status", boom)
 
 
+def test_hold_keeps_a_kind_of_thread_from_running_until_released():
+    """In-process: threads.hold (the ordering hook of tests, e.g. the ssh backend's
+    tests/ssh/test_thread_death.py::test_kill) holds each thread of its kind started in
+    the block before its target, and no other kind; leaving the block releases them."""
+    import threading
+
+    held, free, late = threading.Event(), threading.Event(), threading.Event()
+    with threads.hold("fiber-status") as gate:
+        first = threads.start("fiber-status", held.set, exempt="test")
+        other = threads.start("fiber-release", free.set, exempt="test")
+        assert free.wait(5)  # another kind is not held
+        assert not held.wait(0.5)  # held: would run at once otherwise
+        gate.set()
+        assert held.wait(5)
+    with threads.hold("fiber-status"):
+        second = threads.start("fiber-status", late.set, exempt="test")
+        assert not late.wait(0.5)
+    assert late.wait(5)  # leaving the block released it
+    for thread in (first, other, second):
+        thread.join(5)
+        assert not thread.is_alive()
+    with pytest.raises(ValueError):
+        with threads.hold("fiber-nameless"):
+            pass
+
+
 def test_every_kind_is_covered():
     """Every kind declared in fiber.threads.KINDS has a scenario above, a test against
     its engine, or is listed as not yet covered; a new kind fails this test until it
