@@ -227,18 +227,26 @@ if __name__ == "__main__":
         (prog,) = [p for p in status.programs() if p.pid == os.getpid()]
         report(lambda: status.query(prog))
 """, "fiber-status"),
-    # (a job not connected yet is lost with the monitor's error: its start raises)
-    # (the job waits until the program has seen the monitor die: a job that ended by
-    # its own connection before the death was delivered would make the call return,
-    # rightly, as the cold CI run of 1e32018 at load ~10 saw)
+    # (a job not connected yet is lost with the monitor's error: its start raises. The
+    # job's interpreter is a shell script that waits for the monitor's death, so the job
+    # cannot connect before it, whatever the load: on a loaded machine the monitor's
+    # thread ran late, the job had connected and ended by then, and the call returned)
     "fiber-monitor": ("""
-import os, tempfile
+import os, threading
 from fiber import threads
-def wait_for(path):
-    while not os.path.exists(path):
-        time.sleep(0.01)
+
+def open_the_gate():
+    while not any(name.startswith("fiber-monitor") for name, _ in threads.deaths()):
+        time.sleep(0.05)
+    open("monitor-died", "w").close()
+
 if __name__ == "__main__":
-    go = os.path.join(tempfile.mkdtemp(), "go")
+    with open("gated-python", "w") as file:
+        file.write("#!/bin/sh\\nfor i in $(seq 600); do [ -e monitor-died ] && break; "
+                   f"sleep 0.1; done\\nexec {sys.executable} \\"$@\\"\\n")
+    os.chmod("gated-python", 0o755)
+    os.environ["FIBER_PYTHON"] = os.path.abspath("gated-python")
+    threading.Thread(target=open_the_gate, daemon=True).start()
     def run():
         p = fiber.Process(target=wait_for, args=(go,))
         p.start()
@@ -485,12 +493,6 @@ def test_the_call_depending_on_a_dead_thread_raises(run_script, kind):
         assert MAY_RETURN[kind] in proc.stdout, out
         assert "RETURNED" in proc.stdout or MAY_RETURN[kind].startswith("RAISED"), out
         return
-    if kind == "fiber-monitor" and "fiber trusts the job" in out:
-        # the job connected before the monitor thread ran and died (a loaded machine
-        # starts that thread later): its end then comes by its own connection, which
-        # does not depend on the monitor, so the call returns
-        assert "RETURNED" in proc.stdout, out
-        return
     assert raised, out
     _, name, seconds, *message = raised[0].split(" ")
     assert expected in raised[0], out
@@ -582,6 +584,32 @@ def test_fiber_thread_error_names_the_thread_and_keeps_the_cause():
         threads.start("fiber-nameless", boom, exempt="x")
     with pytest.raises(TypeError, match="exactly one"):
         threads.start("fiber-status", boom)
+
+
+def test_hold_keeps_a_kind_of_thread_from_running_until_released():
+    """In-process: threads.hold (the ordering hook of tests, e.g. the ssh backend's
+    tests/ssh/test_thread_death.py::test_kill) holds each thread of its kind started in
+    the block before its target, and no other kind; leaving the block releases them."""
+    import threading
+
+    held, free, late = threading.Event(), threading.Event(), threading.Event()
+    with threads.hold("fiber-status") as gate:
+        first = threads.start("fiber-status", held.set, exempt="test")
+        other = threads.start("fiber-release", free.set, exempt="test")
+        assert free.wait(5)  # another kind is not held
+        assert not held.wait(0.5)  # held: would run at once otherwise
+        gate.set()
+        assert held.wait(5)
+    with threads.hold("fiber-status"):
+        second = threads.start("fiber-status", late.set, exempt="test")
+        assert not late.wait(0.5)
+    assert late.wait(5)  # leaving the block released it
+    for thread in (first, other, second):
+        thread.join(5)
+        assert not thread.is_alive()
+    with pytest.raises(ValueError):
+        with threads.hold("fiber-nameless"):
+            pass
 
 
 def test_every_kind_is_covered():

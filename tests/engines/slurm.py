@@ -87,3 +87,20 @@ def thaw() -> None:
             os.kill(pid, signal.SIGCONT)
         except ProcessLookupError:
             pass
+
+
+# -- a node whose slurmd does not answer (a batch step that has not launched yet) -----
+def freeze_node() -> None:
+    """SIGSTOP the node's slurmd: slurmctld still allocates jobs (and lists them
+    RUNNING) but their batch steps cannot launch until ``thaw_node()``."""
+    state = Path(os.environ["SLURM_CONF"]).parent
+    os.kill(int((state / "pids" / "slurmd.pid").read_text()), signal.SIGSTOP)
+
+
+def thaw_node() -> None:
+    """SIGCONT the node's slurmd (harmless when it runs)."""
+    state = Path(os.environ["SLURM_CONF"]).parent
+    try:
+        os.kill(int((state / "pids" / "slurmd.pid").read_text()), signal.SIGCONT)
+    except ProcessLookupError:
+        pass

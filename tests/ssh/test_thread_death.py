@@ -81,15 +81,22 @@ def test_kill(make_backend, ssh_hosts, monkeypatch):
     """A job terminated before its pid is known is killed, once the pid comes, by a
     thread of its reader; that thread dies: the job's channel is closed instead, and
     the job ends all the same."""
-    # (a start timeout this short returns the job before its pid is read)
-    backend = make_backend(ssh_hosts=hosts_of(ssh_hosts), ssh_start_timeout=0.001)
+    backend = make_backend(ssh_hosts=hosts_of(ssh_hosts), ssh_start_timeout=0.5)
     monkeypatch.setenv(threads.FAULT_ENV, "fiber-ssh-kill")
-    job = backend.create_job(spec())
-    handle = job.handle
-    assert handle.pid is None, "the pid came before terminate(): the kill thread is not used"
-    backend.terminate(job)
-    status = backend.wait(job, 10)
+    # The order is forced, not hoped for: the job's reader is held before its first
+    # read, so its pid cannot be known before terminate() (a start timeout alone left
+    # that to the machine's load, and a loaded one read the pid first: issue #44).
+    with threads.hold("fiber-ssh-reader") as reader:
+        job = backend.create_job(spec())  # (returns after ssh_start_timeout, no pid)
+        handle = job.handle
+        assert handle.pid is None
+        assert backend.status(job).state is JobState.PENDING
+        backend.terminate(job)
+        reader.set()
+        status = backend.wait(job, 10)
     assert status is not None and status.is_final, status
+    assert handle.pid is not None  # the reader read it after terminate()...
+    # ...and started the kill thread, which died
     assert any(name.startswith("fiber-ssh-kill") for name, _ in threads.deaths())
     backend.release(job)
 

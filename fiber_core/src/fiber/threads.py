@@ -22,21 +22,27 @@ a test there.
 :data:`FAULT_ENV` (a job of the local backend inherits it) names a kind (a comma-separated list), each
 thread of that kind raises ``RuntimeError`` as its first act, before its target runs.
 Read once per thread start: threads start rarely, and nothing per message is wrapped.
+
+**Ordering for tests.** :func:`hold` makes the threads of one kind that this process
+starts wait, before their target runs, until the test releases them: a test that needs
+a thread to act *after* something (an SSH job's reader to read the job's pid only after
+the job was terminated) forces that order instead of hoping a timing gives it.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from fiber import util
 from fiber.errors import FiberThreadError
 
 __all__ = ["FAULT_ENV", "KINDS", "THREAD_DIED_EXIT", "deaths", "end_process", "guarded",
-           "start"]
+           "hold", "start"]
 
 logger = logging.getLogger("fiber")
 
@@ -96,10 +102,30 @@ KINDS: dict[str, str] = {
 
 _deaths: collections.deque[tuple[str, BaseException]] = collections.deque(maxlen=100)
 
+#: kind -> the gate its threads wait at before their target (tests only: :func:`hold`)
+_held: dict[str, threading.Event] = {}
+
 
 def deaths() -> list[tuple[str, BaseException]]:
     """The last 100 fiber threads of this process that died: (name, exception)."""
     return list(_deaths)
+
+
+@contextlib.contextmanager
+def hold(kind: str) -> Iterator[threading.Event]:
+    """Tests only: every thread of ``kind`` started in this process inside the block
+    waits, before its target runs, until the event yielded is set; leaving the block
+    sets it (no thread is held past the block)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind of fiber thread {kind!r}")
+    gate = threading.Event()
+    _held[kind] = gate
+    try:
+        yield gate
+    finally:
+        if _held.get(kind) is gate:
+            del _held[kind]
+        gate.set()
 
 
 def start(kind: str, target: Callable[..., object], *args: object, name: str | None = None,
@@ -113,7 +139,8 @@ def start(kind: str, target: Callable[..., object], *args: object, name: str | N
     ``started`` is False (then the caller starts it)."""
     name = _check(kind, name, fails, exempt)
     inject = kind in os.environ.get(FAULT_ENV, "").split(",")
-    thread = threading.Thread(target=_run, args=(name, target, args, fails, inject),
+    thread = threading.Thread(target=_run,
+                              args=(name, target, args, fails, inject, _held.get(kind)),
                               name=name, daemon=daemon)
     if started:
         thread.start()
@@ -131,7 +158,7 @@ def guarded(kind: str, target: Callable[..., object], *, name: str | None = None
 
     def call(*args: object) -> None:
         inject = kind in os.environ.get(FAULT_ENV, "").split(",")
-        _run(name, target, args, fails, inject)
+        _run(name, target, args, fails, inject, _held.get(kind))
 
     return call
 
@@ -149,7 +176,10 @@ def _check(kind: str, name: str | None, fails: object, exempt: object) -> str:
 
 
 def _run(name: str, target: Callable[..., object], args: tuple[object, ...],
-         fails: Callable[[FiberThreadError], object] | None, inject: bool) -> None:
+         fails: Callable[[FiberThreadError], object] | None, inject: bool,
+         gate: threading.Event | None = None) -> None:
+    if gate is not None:
+        gate.wait()  # (tests only: hold())
     try:
         if inject:
             raise RuntimeError(f"injected into {name} by {FAULT_ENV}")

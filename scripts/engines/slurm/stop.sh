@@ -3,8 +3,9 @@
 #
 # usage: stop.sh STATE_DIR
 #
-# Cancels every job of that cluster, waits for them to end, stops slurmd, slurmctld
-# and munged (the latter only if start.sh started it) by the pids start.sh recorded,
+# Cancels every job of that cluster, waits for them to end, stops slurmd and slurmctld
+# by the pids start.sh recorded, and munged if a test engine started it and no other
+# test cluster still uses it (see start.sh),
 # kills any process still carrying that cluster's SLURM_CONF (job steps) by pid, and
 # removes the directory.
 set -uo pipefail
@@ -54,6 +55,23 @@ if alive "$(pid_of slurmctld)"; then
 fi
 # the daemons take ~2 s each to shut down: stop them together
 stop_pid slurmd & stop_pid slurmctld & stop_pid munged & wait
+# munged: stopped by the last test cluster that used it, if a test engine started it
+(
+    flock 9
+    rm -f "/run/munge/fiber-engines/${state//\//_}"
+    for entry in /run/munge/fiber-engines/*; do  # (an engine that never stopped)
+        [ -e "$entry" ] && [ ! -d "$(cat "$entry")" ] && rm -f "$entry"
+    done
+    pid=$(cat /run/munge/fiber-engine.pid 2>/dev/null)
+    if [ -n "$pid" ] && [ -z "$(ls -A /run/munge/fiber-engines 2>/dev/null)" ]; then
+        if [ "$(cat /proc/"$pid"/comm 2>/dev/null)" = munged ]; then
+            kill -TERM "$pid" 2>/dev/null
+            for _ in $(seq 100); do alive "$pid" || break; sleep 0.1; done
+            alive "$pid" && kill -KILL "$pid" 2>/dev/null
+        fi
+        rm -f /run/munge/fiber-engine.pid
+    fi
+) 9>/run/lock/fiber-slurm-engine.lock
 for pid in $(cluster_pids); do
     log "killing leftover process $pid ($(tr '\0' ' ' 2>/dev/null </proc/"$pid"/cmdline))"
     kill -KILL "$pid" 2>/dev/null

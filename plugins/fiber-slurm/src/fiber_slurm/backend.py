@@ -35,6 +35,7 @@ import os
 import re
 import socket
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,11 +44,19 @@ from fiber.backend.batch import BatchBackend, QueueRow, secrets_path
 from fiber_slurm import script
 from fiber_slurm.commands import SlurmCommands
 from fiber_slurm.options import default_log_dir
-from fiber_slurm.states import exitcode_from_pair, exitcode_from_wait_status, to_status
+from fiber_slurm.states import (
+    exitcode_from_pair,
+    exitcode_from_wait_status,
+    may_still_run,
+    to_status,
+)
 
 __all__ = ["MAX_ARRAY", "SlurmBackend", "secrets_path"]
 
 logger = logging.getLogger("fiber.slurm")
+
+#: seconds between the SIGKILLs of a forced cancel to a job Slurm still lists as running
+KILL_AGAIN = 0.25
 
 #: tasks of one job array at most (Slurm's default MaxArraySize is 1001: ids 0-1000)
 MAX_ARRAY = 1000
@@ -57,6 +66,15 @@ MAX_ARRAY = 1000
 _SQUEUE_FIELDS = ("JobArrayID", "State", "Reason", "exit_code", "BatchHost", "STDOUT", "Comment")
 _SQUEUE_FORMAT = ",".join(f"{field}:|" for field in _SQUEUE_FIELDS)
 _NONE = ("", "(null)", "n/a", "N/A", "None")
+
+
+def _by_cluster(jobs: Sequence[Job]) -> list[tuple[list[str], list[str]]]:
+    """``[(scancel's cluster arguments, job numbers), ...]``, one per cluster."""
+    groups: dict[str | None, list[str]] = {}
+    for job in jobs:
+        number, cluster = _split_id(job.id)
+        groups.setdefault(cluster, []).append(number)
+    return [(["-M", cluster] if cluster else [], numbers) for cluster, numbers in groups.items()]
 
 
 def _split_id(job_id: str) -> tuple[str, str | None]:
@@ -98,6 +116,7 @@ class SlurmBackend(BatchBackend):
         self.poll_interval = float(options.get("slurm_poll_interval") or 1.0)
         self.commands = SlurmCommands(options.get("slurm_bin_dir"))
         self._address: str | None = None
+        self._launch_timeout: float | None = None
 
     # -- the scheduler's verbs (BatchBackend) ----------------------------------------
     def run_submit(self, script: str, env: dict[str, str] | None
@@ -149,23 +168,63 @@ class SlurmBackend(BatchBackend):
         return self._scontrol(job.id, cancel_signal)
 
     def cancel(self, jobs: Sequence[Job], force: bool) -> None:
-        """One ``scancel`` of every job id per cluster (two with ``force``: the batch
-        steps' SIGKILL, then the cancel)."""
-        by_cluster: dict[str | None, list[str]] = {}
-        for job in jobs:
-            number, cluster = _split_id(job.id)
-            by_cluster.setdefault(cluster, []).append(number)
-        for cluster, numbers in by_cluster.items():
-            prefix = ["-M", cluster] if cluster else []
-            if force:
-                # SIGKILL to the batch step, which is the exec'd command itself, so the
-                # job ends with signal 9 at once; a pending job is cancelled. (A plain
-                # `scancel --signal=KILL` is turned into a cancel that sends SIGTERM
-                # first.)
-                self._scancel(prefix, ["--batch", "--signal=KILL"], numbers)
-            # cancel: marks the job CANCELLED if Slurm has not seen it end yet, SIGTERM
-            # to every process left in the job, SIGKILL after KillWait
+        """One ``scancel`` of every job id per cluster: Slurm's cancel (SIGTERM to every
+        process of the job, SIGKILL after KillWait). With ``force``: SIGKILL, and only
+        SIGKILL (:meth:`_kill`)."""
+        if force:
+            self._kill(jobs)
+            return
+        for prefix, numbers in _by_cluster(jobs):
             self._scancel(prefix, [], numbers)
+
+    def _kill(self, jobs: Sequence[Job]) -> None:
+        """SIGKILL ``jobs`` with ``scancel --batch --signal=KILL``: to the batch step,
+        which is the exec'd command itself, so a running job ends with signal 9 at once
+        (Slurm records it FAILED, ExitCode 0:9); a pending job is cancelled. Slurm lists
+        a job RUNNING from its allocation on, before slurmd has launched its batch step,
+        and a signal that reaches slurmd before the step exists is dropped: so the
+        SIGKILL is sent again every KILL_AGAIN s to the jobs Slurm still lists as
+        pending or running, until none is. Never Slurm's plain cancel on a running job:
+        its SIGTERM could reach the job first (a cancel right after the SIGKILL did, on
+        a loaded machine: issue #44) and the job would not die of the signal asked
+        for. A job still listed as running once Slurm's own time for a launch
+        (BatchStartTimeout) is over gets Slurm's cancel, which ends it in any case."""
+        deadline = time.monotonic() + self._batch_start_timeout()
+        left = list(jobs)
+        while True:
+            for prefix, numbers in _by_cluster(left):
+                self._scancel(prefix, ["--batch", "--signal=KILL"], numbers)
+            time.sleep(KILL_AGAIN)
+            rows = self.query([job.id for job in left])
+            left = [job for job in left
+                    if job.id in rows and may_still_run(rows[job.id].state)]
+            if not left:
+                return
+            if time.monotonic() >= deadline:
+                logger.warning(
+                    "Slurm still lists %s as running %.0f s after a SIGKILL (their batch "
+                    "step has not launched: a node slower than Slurm's BatchStartTimeout); "
+                    "cancelling them the Slurm way (SIGTERM, SIGKILL after KillWait)",
+                    ", ".join(job.id for job in left), self._batch_start_timeout())
+                for prefix, numbers in _by_cluster(left):
+                    self._scancel(prefix, [], numbers)
+                return
+
+    def _batch_start_timeout(self) -> float:
+        """The cluster's BatchStartTimeout (how long Slurm gives a batch step to launch),
+        read once; Slurm's default (10 s) if it cannot be read."""
+        if self._launch_timeout is None:
+            timeout = 10.0
+            try:
+                done = self.commands.run("scontrol", ["show", "config"])
+                match = re.search(r"^BatchStartTimeout\s*=\s*(\d+)", done.stdout,
+                                  re.MULTILINE)
+                if match:
+                    timeout = float(match.group(1))
+            except BackendError as exc:
+                logger.debug("cannot read Slurm's BatchStartTimeout: %s", exc)
+            self._launch_timeout = timeout
+        return self._launch_timeout
 
     def _scancel(self, prefix: list[str], flags: list[str], numbers: list[str]) -> None:
         # scancel ends every id it can and complains about the others (already

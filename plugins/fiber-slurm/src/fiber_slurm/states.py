@@ -10,6 +10,10 @@ _PENDING = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
             "RESV_DEL_HOLD", "POWER_UP_NODE"}
 _RUNNING = {"RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT",
             "RESIZING", "UPDATE_DB"}
+#: states in which the job's batch step may not have been killed yet by a SIGKILL sent
+#: to it (pending; running, or stopped, possibly before its batch step launched);
+#: COMPLETING and later: its batch step has ended
+_NOT_KILLED = _PENDING | {"RUNNING", "SUSPENDED", "STOPPED", "SIGNALING", "RESIZING"}
 _FAILED = {"FAILED", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE", "SPECIAL_EXIT"}
 _LOST = {"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "REVOKED"}
 
@@ -28,6 +32,12 @@ def exitcode_from_pair(text: str) -> int | None:
     except ValueError:
         return None
     return -sig_i if sig_i else code_i
+
+
+def may_still_run(state: str) -> bool:
+    """Whether a job in Slurm's ``state`` may still run (or start): a SIGKILL sent to
+    its batch step may have been dropped (see SlurmBackend._kill)."""
+    return (state or "").split()[0].rstrip("+").upper() in _NOT_KILLED if state else False
 
 
 def to_status(state: str, exitcode: int | None, reason: str | None = None,
