@@ -248,11 +248,8 @@ if __name__ == "__main__":
     os.environ["FIBER_PYTHON"] = os.path.abspath("gated-python")
     threading.Thread(target=open_the_gate, daemon=True).start()
     def run():
-        p = fiber.Process(target=wait_for, args=(go,))
+        p = fiber.Process(target=abs, args=(1,))
         p.start()
-        while not any(name.startswith("fiber-monitor") for name, _ in threads.deaths()):
-            time.sleep(0.01)
-        open(go, "w").close()
         p.join()
     report(run)
 """, "fiber-monitor"),
