@@ -63,8 +63,11 @@ def test_top_shows_a_queued_worker_as_pending(slurm_cluster, tmp_path):
             time.sleep(0.5)
         assert snap["program"]["backend"] == "slurm" and snap["program"]["pid"] == proc.pid
         assert workers["starting"] == 0 and workers["lost"] == 0
+        # the queued worker is listed as the counts have it: pending (the dashboard's
+        # per-worker state), not starting
         by_state = {w["state"]: w for w in pool["worker_list"]}
-        queued = by_state["starting"]["job_id"]
+        assert "starting" not in by_state, pool["worker_list"]
+        queued = by_state["pending"]["job_id"]
         # Slurm job ids: the two workers start as one job array, tasks <array>_<i>
         assert re.fullmatch(r"\d+(_\d+)?", queued)
         assert re.fullmatch(r"\d+(_\d+)?", by_state["busy"]["job_id"])
