@@ -25,66 +25,13 @@ import subprocess
 import sys
 import time
 import uuid
-import zipfile
 from pathlib import Path
 
 import pytest
 from procs import processes_with
+from ship_program import MAIN, make_wheel
 
 BARE = "/usr/bin/python3"
-
-MAIN = '''
-import json, os, sys, time
-import fiber
-from fiber.runtime.ship import serving
-from mylib import step
-import shipdep
-
-
-def task(x):
-    return step(shipdep.scale(x))
-
-
-def where(_):
-    import fiber as f, mylib
-    return {"fiber": f.__file__, "mylib": mylib.__file__, "shipdep": shipdep.__file__,
-            "python": sys.executable, "cwd": os.getcwd()}
-
-
-if __name__ == "__main__":
-    settings = json.loads(os.environ["SHIP_TEST_SETTINGS"])
-    fiber.init(**settings)
-    report = {}
-    t0 = time.monotonic()
-    try:
-        with fiber.Pool(int(os.environ.get("SHIP_TEST_WORKERS", "2"))) as pool:
-            report["results"] = pool.map(task, range(8))
-            report["where"] = pool.map(where, range(8), chunksize=1)
-    except Exception as exc:
-        report["error"] = {"type": type(exc).__name__, "message": str(exc),
-                           "reason": getattr(exc, "reason", None)}
-    report["elapsed"] = time.monotonic() - t0
-    report["sent"] = serving.sent()
-    print(json.dumps(report))
-'''
-
-
-def _wheel(directory: Path) -> Path:
-    """A wheel of the distribution ``shipdep`` 1.0 (one module), made by hand."""
-    path = directory / "shipdep-1.0-py3-none-any.whl"
-    files = {
-        "shipdep/__init__.py": "def scale(x):\n    return x * 10\n",
-        "shipdep-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: shipdep\nVersion: 1.0\n",
-        "shipdep-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\n"
-                                       "Root-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = "".join(f"{name},,\n" for name in files) + "shipdep-1.0.dist-info/RECORD,,\n"
-    with zipfile.ZipFile(path, "w") as z:
-        for name, text in files.items():
-            z.writestr(name, text)
-        z.writestr("shipdep-1.0.dist-info/RECORD", record)
-    return path
-
 
 @pytest.fixture(scope="module")
 def env_dirs(tmp_path_factory):
@@ -105,7 +52,7 @@ def env_dirs(tmp_path_factory):
     assert proof.returncode != 0 and "No module named 'fiber'" in proof.stderr
     site = base / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index",
-                    "--target", str(site), str(_wheel(base))], check=True)
+                    "--target", str(site), str(make_wheel(base))], check=True)
     proof = subprocess.run([bare, "-c", "import shipdep"], capture_output=True, text=True)
     assert proof.returncode != 0
     return {"bare": bare, "site": str(site)}
