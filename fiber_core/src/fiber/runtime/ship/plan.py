@@ -108,6 +108,7 @@ class Shipment:
 
 
 _lock = threading.Lock()
+_interpreter: dict[str, Any] | None = None  # this one, as the stub compares it
 _shipments: dict[tuple[Any, ...], Shipment] = {}
 # the ship channel of each hub (by the hub; its channel id)
 _channels: weakref.WeakKeyDictionary[Any, tuple[ShipChannel, int]] = (
@@ -194,6 +195,12 @@ def job_env(cfg: config.Config, backend: Backend, hub: transport.Hub) -> dict[st
     """The variables that make a job's stub fetch its shipment from ``hub``."""
     plan = shipment(cfg, backend)
     channel, cid = _channel(hub)
+    with _lock:
+        global _interpreter
+        if _interpreter is None:
+            # once, under the lock: sysconfig fills its variables without one (3.11), so
+            # a pool's starter threads asking at once could read SOABI before it is set
+            _interpreter = stub.interpreter()
     for archive in plan.archives:
         channel.offer(archive)
     conf = {
@@ -202,7 +209,7 @@ def job_env(cfg: config.Config, backend: Backend, hub: transport.Hub) -> dict[st
                      for a in plan.archives],
         "roots": [{"parent": r.path, "name": r.name, "path": r.on_path} for r in plan.roots],
         "cwd": list(plan.cwd) if plan.cwd else None,
-        "python": stub.interpreter(),
+        "python": _interpreter,
         "cache": cfg.values.get("ship_cache") or "",
         "cache_size": int(cfg.values.get("ship_cache_size") or 4096) << 20,
     }
