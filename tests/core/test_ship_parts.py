@@ -8,6 +8,8 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -152,3 +154,63 @@ def test_the_bootstrap_maps_the_parents_paths(monkeypatch):
     assert out["dir"] == "/cache/k/proj/sub" and out["orig_dir"] == "/cache/k/proj"
     assert out["init_main_from_path"] == "/cache/k/proj/main.py"
     assert localize.SHIPPED_ENV not in os.environ
+
+
+def test_what_a_killed_fetch_left_is_never_used_and_is_swept(offered, tmp_path):
+    """A job killed while it unpacked leaves ``.partial-*`` (named with its pid): the
+    next job fetches the entry whole, and the leftovers of a dead process are removed."""
+    hub, cid, made = offered
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    partial = cache_dir / f".partial-{made.key[:16]}-{dead.pid}-abcd"
+    (partial / "src").mkdir(parents=True)
+    (partial / "src" / "a.py").write_text("A = 'half'\n")
+    (cache_dir / f".partial-{made.key[:16]}-{dead.pid}-abcd.tgz").write_bytes(b"\x1f")
+    alive = cache_dir / f".partial-{made.key[:16]}-{os.getpid()}-beef"
+    alive.mkdir()
+    link = stub.Link(hub.stream_address, auth.get_authkey())
+    try:
+        where = stub.Cache(str(cache_dir), 1 << 30).ensure(
+            link, cid, {"key": made.key, "kind": "code", "unpacked": made.unpacked})
+    finally:
+        link.close()
+    assert open(os.path.join(where, "src", "a.py")).read() == "A = 1\n"
+    assert sorted(p.name for p in cache_dir.iterdir() if p.name.startswith(".")) \
+        == [alive.name], "the dead job's leftovers were not swept (or the live one was)"
+
+
+def test_a_disk_that_fills_during_the_unpack_leaves_nothing(tmp_path, monkeypatch):
+    """The cache on a tmpfs of 1 MiB and an archive of 8 MiB of zeros (a few KiB
+    compressed). The archive's announced unpacked size is given as 0, as if the disk
+    had room when the job checked and filled while it unpacked (another process
+    writing): the unpack itself meets ENOSPC."""
+    if os.geteuid() != 0 or not shutil.which("mount"):
+        pytest.skip("needs root, to mount a small tmpfs")
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    (tmp_path / "zeros.bin").write_bytes(b"\0" * (8 << 20))
+    made = archive.build("code", [("zeros.bin", str(tmp_path / "zeros.bin"))], 16 << 20)
+    assert made.size < 256 << 10
+    hub = transport.get_hub("127.0.0.1")
+    channel = serving.ShipChannel()
+    channel.offer(made)
+    cid = hub.add_channel(channel, stream=True)
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir(mode=0o700)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m,mode=0700", "tmpfs",
+                              str(cache_dir)], capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs: {mounted.stderr.strip()}")
+    link = stub.Link(hub.stream_address, auth.get_authkey())
+    try:
+        with pytest.raises(stub.Refused, match="is full"):
+            stub.Cache(str(cache_dir), 1 << 30).ensure(
+                link, cid, {"key": made.key, "kind": "code", "unpacked": 0})
+        assert [p.name for p in cache_dir.iterdir()] == [made.key + ".lock"]
+    finally:
+        link.close()
+        hub.remove_channel(cid)
+        channel.close()
+        subprocess.run(["umount", str(cache_dir)], check=True)

@@ -315,9 +315,33 @@ class Cache:
                 elif os.path.exists(path):
                     os.unlink(path)
 
+    def sweep(self) -> None:
+        """Remove what jobs killed in a fetch or an eviction left (``.partial-*``,
+        ``.evicted-*``, named with their pid): never used, and no longer being made."""
+        for name in os.listdir(self.root):
+            if not name.startswith((".partial-", ".evicted-")):
+                continue
+            try:
+                pid = int(name.split("-")[2].split(".")[0])
+                os.kill(pid, 0)
+                continue  # (its process is alive: still at work)
+            except ProcessLookupError:
+                pass
+            except (ValueError, IndexError, PermissionError):
+                continue
+            path = os.path.join(self.root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+
     def evict(self) -> None:
         """Remove the least recently used entries no job holds while the cache is
-        over its size."""
+        over its size (and the leftovers of killed jobs)."""
+        self.sweep()
         entries = []
         total = 0
         for name in os.listdir(self.root):
