@@ -250,3 +250,43 @@ def test_a_disk_that_fills_during_the_unpack(project, env_dirs):
         _no_partial(cache)
     finally:
         subprocess.run(["umount", str(cache)], check=True)
+
+
+def test_the_pages_commands(tmp_path, env_dirs):
+    """docs/laptop-to-cluster.md's local section, as written there: its two files, its
+    commands, and what they print (archive keys and sizes aside: the packages' change
+    with fiber's own files)."""
+    import re
+
+    page = (Path(__file__).resolve().parents[2] / "docs" / "laptop-to-cluster.md").read_text()
+    section = page[page.index("## Try it on this machine"):page.index("## SSH hosts")]
+    project = tmp_path / "myproject"
+    project.mkdir()
+    for block in re.findall(r"```python\n(.*?)```", section, re.S):
+        name = re.match(r"# myproject/(\S+)\n", block).group(1)
+        (project / name).write_text(block)
+    console = re.search(r"```console\n(.*?)```", section, re.S).group(1)
+    commands = [line[2:] for line in console.splitlines() if line.startswith("$ ")]
+    assert commands[-1] == commands[-2] and "FIBER_SHIP=on" in commands[-1]
+    bare = tmp_path / "bare"  # the page's /tmp/bare, made as the page makes it
+    subprocess.run([BARE, "-m", "venv", "--without-pip", str(bare)], check=True)
+    proof = subprocess.run([str(bare / "bin" / "python"), "-c", "import fiber"],
+                           capture_output=True, text=True)
+    assert "ModuleNotFoundError: No module named 'fiber'" in proof.stderr
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PATH": os.path.dirname(sys.executable)
+           + os.pathsep + os.environ["PATH"]}
+    lines = console.splitlines()
+    shown = [line for line in lines[lines.index("$ " + commands[-2]) + 1:] if line]
+
+    def output(command: str) -> list[str]:
+        command = command.replace("/tmp/bare", str(bare))
+        done = subprocess.run(command, shell=True, cwd=project, env=env, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=120)
+        assert done.returncode == 0, done.stdout
+        return [re.sub(r"archive [0-9a-f]{12}, [0-9.]+ MiB", "archive K, N MiB", line)
+                for line in done.stdout.splitlines()]
+
+    expected = [re.sub(r"archive [0-9a-f]{12}, [0-9.]+ MiB", "archive K, N MiB", line)
+                for line in shown]
+    first, second = output(commands[-2]), output(commands[-1])
+    assert first + ["$ " + commands[-1]] + second == expected
