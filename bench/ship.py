@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -173,6 +174,7 @@ def main() -> None:
     finally:
         _down(bare_dir)
         _down(plain_dir)
+        shutil.rmtree(project, ignore_errors=True)
     (args.out / "ship.json").write_text(json.dumps(result, indent=2))
     med = {k: statistics.median(v) for k, v in result["first_result_seconds"].items()}
     mib = {k: (v["bytes"] / 2**20, v["unpacked"] / 2**20, v["files"])

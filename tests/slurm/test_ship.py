@@ -43,6 +43,7 @@ def test_a_program_runs_on_a_node_from_a_bare_python(slurm_cluster, tmp_path):
     cache = tmp_path / "cache"
     settings = {"ship": ["pkg:shipdep"], "python": BARE, "ship_cache": str(cache)}
     env = {**os.environ, "FIBER_BACKEND": "slurm", "PYTHONPATH": str(site),
+           "TMPDIR": str(tmp_path),
            "SHIP_TEST_SETTINGS": json.dumps(settings), "SHIP_TEST_WORKERS": "2",
            "SHIP_TEST_WAIT": "1"}
 

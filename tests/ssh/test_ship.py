@@ -104,7 +104,10 @@ def site(tmp_path_factory) -> str:
 def _run(project: Path, state: dict[str, Any], site: str, settings: dict[str, Any],
          workers: int = 4, wait: bool = True) -> dict[str, Any]:
     token = uuid.uuid4().hex
+    tmp = project.parent / "tmp"  # (the launcher's store of sent archives: the test's)
+    tmp.mkdir(exist_ok=True)
     env = {**os.environ, **_settings(state), "SHIP_TEST_TOKEN": token, "PYTHONPATH": site,
+           "TMPDIR": str(tmp),
            "SHIP_TEST_SETTINGS": json.dumps(settings), "SHIP_TEST_WORKERS": str(workers),
            "SHIP_TEST_WAIT": "1" if wait else ""}
     result = subprocess.run([sys.executable, "main.py"], cwd=project, env=env,
@@ -173,7 +176,7 @@ def test_the_es_example_runs_on_bare_hosts(bare_hosts, tmp_path):
     shutil.copytree(ROOT / "examples", examples)
     history = tmp_path / "es.json"
     env = {**os.environ, **_settings(bare_hosts), "FIBER_SHIP": "pkg:gymnasium",
-           "FIBER_LOG_LEVEL": "INFO"}
+           "FIBER_LOG_LEVEL": "INFO", "TMPDIR": str(tmp_path)}
     result = subprocess.run(
         [sys.executable, "es.py", "--workers", "4", "--iterations", "2", "--population", "8",
          "--max-steps", "50", "--json", str(history)],
