@@ -19,7 +19,7 @@ __all__ = [
     "ForkedProcessError", "HandleError", "ImageBuildError", "JobCreationError",
     "JournalError", "ListenerLostError", "PluginContractError",
     "ProcessError", "ProcessStartError", "RemoteError", "ResultUnpicklingError",
-    "SerializationError",
+    "SerializationError", "ShipError",
     "TimeoutError", "TransientBackendError", "WorkerLostError",
 ]
 
@@ -134,6 +134,13 @@ class RemoteError(Exception):
 # -- the backend contract -------------------------------------------------------------------
 class ConfigError(ValueError):
     """A setting is unknown or its value cannot be parsed."""
+
+
+class ShipError(ConfigError):
+    """What the ``ship`` setting asks to send to jobs cannot be sent: a path that does
+    not exist, a file that cannot be read, a package not installed here, more than
+    ``ship_limit`` (the message names the largest files). Raised by the start of the
+    first job that would get it, before any job exists."""
 
 
 class BackendError(RuntimeError):

@@ -8,7 +8,14 @@ and 127.10.0.34, .35, ... are the hosts; ``route_localnet`` makes 127/8 addresse
 routable on those links). Nothing listens outside these addresses.
 
     python3 hosts.py up   --dir DIR [--count 2] [--net NET --prefix P] [--port 2222]
+                          [--hide DIR ...]
     python3 hosts.py down --dir DIR
+
+``--hide DIR`` (repeatable) makes *bare* hosts: each sshd runs in a mount namespace of
+its own where every DIR named is an empty tmpfs and ``/tmp`` is a tmpfs of the host's
+own (DIR itself is bound back in it), so that the host sees the system's Python and
+nothing of the developer's (the repository, the test environment, pyenv): what a
+cluster's node looks like to a program shipped to it (issue #38).
 
 ``up`` writes ``DIR/state.json`` (namespaces, bridge, pids, iptables rule, keys),
 registers DIR with the owning test process's pid under /run/fiber-ssh-test-hosts (hosts
@@ -24,6 +31,7 @@ import argparse
 import ipaddress
 import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -228,9 +236,23 @@ def up(args: argparse.Namespace) -> dict:
         (hdir / "sshd_config").write_text(SSHD_CONFIG.format(
             address=address, port=args.port, dir=hdir, auth=auth, home=home))
         log = open(hdir / "sshd.log", "wb")  # noqa: SIM115 -- handed to sshd
+        script = f'hostname {name} && exec {SSHD} -D -e -f "$1"'
+        unshare = ["unshare", "--uts"]
+        if args.hide:
+            keep = f"/run/fiber-ssh-keep-{ns}"
+            state.setdefault("keep_dirs", []).append(keep)
+            hidden = " ".join(shlex.quote(d) for d in args.hide)
+            script = (
+                f"hostname {name} && mkdir -p {keep} && mount --bind {base} {keep} && "
+                f"for d in {hidden}; do if [ -d \"$d\" ]; then "
+                "mount -t tmpfs -o size=1m,mode=0755 fiber-hidden \"$d\" || exit 1; fi; "
+                "done && mount -t tmpfs -o mode=1777 fiber-host-tmp /tmp && "
+                f"mkdir -p {base} && mount --bind {keep} {base} && "
+                f'exec {SSHD} -D -e -f "$1"')
+            unshare += ["--mount", "--propagation", "private"]
         proc = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{ns}", "unshare", "--uts", "sh", "-c",
-             f'hostname {name} && exec {SSHD} -D -e -f "$1"', "sh", str(hdir / "sshd_config")],
+            ["nsenter", f"--net=/run/netns/{ns}", *unshare, "sh", "-c", script, "sh",
+             str(hdir / "sshd_config")],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
         log.close()
         state["sshd_pids"].append(proc.pid)
@@ -301,6 +323,11 @@ def down_dir(base: Path, record: dict | None = None) -> None:
         sh("ip", "link", "del", state["bridge"], check=False)
     if state.get("iptables"):
         sh("iptables", "-D", *state["iptables"], check=False)
+    for keep in state.get("keep_dirs", []):
+        try:
+            os.rmdir(keep)
+        except OSError:
+            pass
     if state.get("prefix"):
         (REGISTRY / f"{state['prefix']}.json").unlink(missing_ok=True)
     shutil.rmtree(base, ignore_errors=True)
@@ -315,6 +342,8 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=2222)
     parser.add_argument("--prefix", help="interface name prefix (default: fssh<k>-)")
     parser.add_argument("--owner", type=int, help="pid of the test session (default: parent)")
+    parser.add_argument("--hide", action="append", default=[],
+                        help="a directory bare hosts do not see (repeatable)")
     args = parser.parse_args()
     if args.action == "up":
         try:

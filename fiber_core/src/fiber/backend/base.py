@@ -95,6 +95,12 @@ class Backend(abc.ABC):
     #: is refused when the backend is resolved, as one missing a required method is
     #: (no fiber process could run on it: it would have no way to join its run)
     secrets_delivery: str | None = None
+    #: whether this backend's jobs see this machine's files at the same paths (its
+    #: Python, the packages installed for it, the program's code): then the core runs
+    #: ``<python> -m fiber.runtime.bootstrap`` in them as it is. False: the core ships
+    #: what the jobs need under the ``ship`` setting's default, ``auto``
+    #: (:mod:`fiber.runtime.ship`), and its jobs need only a Python interpreter
+    shares_files: bool = True
     #: the optional capabilities this backend implements (names of
     #: :data:`CAPABILITIES`). A subclass that does not set it declares ``logs`` and
     #: ``list_jobs`` by overriding :meth:`logs` and :meth:`list_jobs` (with

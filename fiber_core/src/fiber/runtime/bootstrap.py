@@ -38,6 +38,7 @@ from fiber.backend import registry
 from fiber.backend.secrets import SecretsFileError, load_secrets
 from fiber.errors import ConnectionLostError, FiberThreadError
 from fiber.runtime import config, parent_link, run
+from fiber.runtime.ship.localize import SHIPPED_ENV, localize
 from fiber.wire import auth, protocol, serialization, transport
 from fiber.wire.protocol import Control
 
@@ -221,6 +222,8 @@ def _heartbeat(client: transport.StreamClient, channel: int, interval: float, ti
 
 
 def _prepare(data: dict) -> None:
+    if SHIPPED_ENV in os.environ:  # (its stub put the parent's files elsewhere here)
+        data = localize(data)
     if not os.path.isdir(data.get("dir", "")):
         data.pop("dir", None)
     path = data.get("init_main_from_path")

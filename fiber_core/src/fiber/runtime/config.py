@@ -58,6 +58,30 @@ def _nonnegative_float(text: str | int | float) -> float:
     return value
 
 
+SHIP_WORDS = ("auto", "off", "on")
+
+
+def parse_ship(value: Any) -> list[str]:
+    """The ``ship`` setting: ``auto``, ``off``, ``on`` or what to ship (:mod:`fiber.runtime.ship.plan`)."""
+    if isinstance(value, str):
+        items = [item for item in value.replace(",", " ").split() if item]
+    elif isinstance(value, (list, tuple)):
+        items = [str(item).strip() for item in value if str(item).strip()]
+    else:
+        raise ValueError("expected auto, off, on, or a list of what to ship")
+    if not items:
+        return ["auto"]
+    if "off" in items and len(items) > 1:
+        raise ValueError("'off' ships nothing: it cannot come with other items")
+    if "auto" in items and len(items) > 1:
+        raise ValueError("'auto' lets the backend decide: it cannot come with other items")
+    for item in items:
+        kind, _, rest = item.partition(":")
+        if kind in ("pkg", "package", "req", "requirements") and not rest:
+            raise ValueError(f"{item!r} names nothing after the colon")
+    return items
+
+
 def parse_log_level(value: Any) -> str:
     """A level name (any case) or a :mod:`logging` level number (``logging.INFO``)."""
     if isinstance(value, int) or (isinstance(value, str) and value.strip().isdigit()):
@@ -105,7 +129,23 @@ CORE_OPTIONS = [
                  "connection is noticed at once; this is for hosts cut off)"),
     ConfigOption("max_task_attempts", parse_positive_int, 3,
                  "times a Pool task may lose its worker before it fails"),
-    ConfigOption("python", str, None, "Python executable of jobs (default: this one)"),
+    ConfigOption("python", str, None, "Python executable of jobs (default: this one; "
+                 "python3.X, this one's version, for jobs that get a shipment)"),
+    ConfigOption("ship", parse_ship, ["auto"],
+                 "what jobs get from this machine: auto (only when the backend's jobs do "
+                 "not share its files), off, on (the main script's directory, fiber-core, "
+                 "the backend's plugin and what they require), or a list of what to "
+                 "ship as well (directories, files, modules, pkg:NAME, req:FILE; implies "
+                 "on): see docs/laptop-to-cluster.md"),
+    ConfigOption("ship_limit", parse_memory, 512,
+                 "MiB of files one shipped archive may hold, before compression (more is "
+                 "an error naming the largest files)"),
+    ConfigOption("ship_cache", str, None,
+                 "directory of the shipped files' cache on each host (default: "
+                 "<tmp>/fiber-ship-<uid> there; private to the user)"),
+    ConfigOption("ship_cache_size", parse_memory, 4096,
+                 "MiB the shipped files' cache of a host keeps; beyond it, the entries "
+                 "used least recently and by no running job are removed"),
     ConfigOption("shared_memory", parse_bool, True,
                  "share memory with processes of this host (large queue messages, Lock, "
                  "Value, Array...); false: use them as processes of another host do, "

@@ -54,6 +54,8 @@ class ControlledJob(Protocol):
 
     def failed_to_prepare(self, text: str) -> None: ...
 
+    def cannot_run_here(self, text: str) -> None: ...
+
     def connection_lost(self) -> None: ...
 
 
@@ -109,6 +111,9 @@ class ControlChannel:
             request.reply(b"")
         elif op == Control.FAILED:
             popen.failed_to_prepare(bytes(body).decode("utf-8", "replace"))
+            request.reply(b"")
+        elif op == Control.SHIPPING:
+            popen.cannot_run_here(bytes(body).decode("utf-8", "replace"))
             request.reply(b"")
         else:
             request.reply(b"unknown control request", transport.ERROR)

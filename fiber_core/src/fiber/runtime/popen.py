@@ -28,6 +28,7 @@ from fiber.runtime.control import ControlChannel, beat_interval
 from fiber.runtime.monitor import monitor_for
 from fiber.runtime.output import LineWriter
 from fiber.runtime.pipes import recording_transit, release_transit
+from fiber.runtime.ship import plan as ship
 from fiber.wire import auth, serialization
 
 logger = logging.getLogger("fiber")
@@ -174,12 +175,18 @@ class JobPopen:
             "_FIBER_RUN": run.run_id(),
             "PYTHONUNBUFFERED": "1",
         })
+        cwd: str | None = os.getcwd()
+        self.shipped = ship.wanted(cfg, self.backend)
+        if self.shipped:
+            # its stub fetches what it needs, then changes to the code's directory
+            env.update(ship.job_env(cfg, self.backend, self.hub))
+            cwd = None
         # the run's secret travels apart from the environment; the backend delivers it
         # privately, or says its jobs' environments are private (fiber.backend.secrets)
         spec = JobSpec(
-            command=run.job_command(cfg),
+            command=run.job_command(cfg, self.backend),
             env=env,
-            cwd=os.getcwd(),
+            cwd=cwd,
             image=cfg.image,
             cpu=resources.cpu,
             memory=resources.memory,
@@ -204,6 +211,10 @@ class JobPopen:
         self.hub.call_later(beat_interval(self.heartbeat_interval,
                                           self.heartbeat_timeout), self._check_alive)
 
+    def job_python(self) -> str:
+        """The interpreter the job runs."""
+        return ship.python(self.target.config())
+
     def _job_id(self) -> str:
         job: Job | None = getattr(self, "job", None)
         return job.id if job is not None else "(being created)"
@@ -220,6 +231,14 @@ class JobPopen:
             "preparing to run the process (importing the parent's __main__ module, "
             f"unpickling the process object): {last} (the job's traceback is printed "
             "above, and is this error's logs)", 1, "bootstrap failed", text)
+        logger.debug("%s", self.start_error)
+
+    def cannot_run_here(self, text: str) -> None:
+        """A shipped job's stub cannot run the process on its host (its Python differs
+        from this one's, its cache or disk cannot take the files): it exits next."""
+        self.start_error = ProcessStartError(
+            f"{self.process_name}: its {self.backend.name} job {self._job_id()} cannot "
+            f"run on its host: {text.strip()}", 1, "cannot run on its host", text)
         logger.debug("%s", self.start_error)
 
     def wrong_version(self, difference: str) -> None:
@@ -303,6 +322,10 @@ class JobPopen:
                 elif killed(code):
                     # ended from outside: nothing says the job itself is at fault
                     hint = ", ended from outside"
+                elif getattr(self, "shipped", False):
+                    hint = (f" (does the job's host have the Python it runs, "
+                            f"{self.job_python()!r}? can it reach "
+                            f"{self.hub.stream_address}?)")
                 else:
                     hint = (" (is fiber-core installed for the job's Python, and can the "
                             f"job reach {self.hub.stream_address}?)")

@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from fiber.backend import Backend, Resources, registry
 from fiber.runtime import config, runs
+from fiber.runtime.ship import plan as ship
 from fiber.wire import transport
 
 __all__ = ["run_id", "is_job", "backend", "listen_host", "hub", "Target", "target",
@@ -82,10 +83,14 @@ def check_not_importing_main() -> None:
         raise RuntimeError(_IMPORTING_MAIN_MESSAGE)
 
 
-def job_command(cfg: config.Config | None = None) -> list[str]:
+def job_command(cfg: config.Config | None = None,
+                backend: Backend | None = None) -> list[str]:
     """The command every job of this process runs (``python -m BOOTSTRAP``, with the
-    ``python`` setting's interpreter, of ``cfg`` when given)."""
+    ``python`` setting's interpreter, of ``cfg`` when given); for jobs of ``backend``
+    that get a shipment (:mod:`fiber.runtime.ship`), its stub."""
     cfg = cfg or config.get_config()
+    if backend is not None and ship.wanted(cfg, backend):
+        return ship.command(cfg)
     return [cfg.python or sys.executable, "-m", BOOTSTRAP]
 
 
@@ -154,7 +159,7 @@ class Target:
                 # before any job exists: `fiber clean` tells this run's jobs from
                 # orphans by the record (fiber.runtime.runs)
                 runs.register(run_id(), backend.name)
-                backend.expect_jobs(job_command(self.config()))
+                backend.expect_jobs(job_command(self.config(), backend))
         return transport.get_hub(host)
 
     def resources(self, *requests: Resources | Mapping[str, Any] | None) -> Resources:

@@ -76,6 +76,9 @@ class Control:
     # (b"" to beat; END_TERM / END_KILL: the parent asks the job to signal itself)
     EXIT = b"X"  # + pickled exit code
     FAILED = b"F"  # + traceback text: it could not prepare to run the process
+    # + text: a shipped job's stub cannot run it on its host (fiber.runtime.ship.stub:
+    # an incompatible Python, a foreign cache directory, a full disk); sent before HELLO
+    SHIPPING = b"S"
     END_TERM = b"T"  # a WATCH answer: SIGTERM yourself (Process.terminate())
     END_KILL = b"K"  # a WATCH answer: SIGKILL yourself (Process.kill())
 
