@@ -278,9 +278,16 @@ if __name__ == "__main__":
 """, "EOFError: fiber thread 'fiber-stdlib-queue' died"),
     # (tasks of 0.5 s: a worker's heartbeat dies as it starts, before any could end; a
     # map of trivial tasks could be done by workers still finishing their start)
+    # (each worker's initializer waits for its job's heartbeat thread to die, so no
+    # worker takes a task first: on a loaded machine the three-lane CI run of ba6f635
+    # saw workers run tasks before the death ended their jobs, a WorkerLostError)
     "fiber-heartbeat": ("""
+from fiber import threads
+def wait_for_the_heartbeat_to_die():
+    while not any(name.startswith("fiber-heartbeat") for name, _ in threads.deaths()):
+        time.sleep(0.01)
 if __name__ == "__main__":
-    with fiber.Pool(2) as pool:
+    with fiber.Pool(2, initializer=wait_for_the_heartbeat_to_die) as pool:
         report(lambda: pool.map(time.sleep, [0.5] * 8))
 """, "exit code 71"),
     "fiber-output": ("""
