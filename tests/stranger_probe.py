@@ -19,6 +19,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 MIB = 1 << 20
@@ -327,6 +328,36 @@ def rounds(path: Path, since: float, until: float) -> list[float]:
         if since <= at <= until:
             out.append(took)
     return out
+
+
+class Windows:
+    """Alternating spans of time, quiet or probed, so that the program's undisturbed
+    rounds are sampled across the whole probing rather than only before it: the
+    machine's background load changes from one 5 s window to the next (round medians of
+    1.4 to 7.6 ms in one run under scripts/load), and a baseline taken only at the start
+    made the ratio a matter of luck (issue #44). ``quiet(seconds)`` sleeps that long as
+    a quiet span; ``probing()`` is a context manager around probes."""
+
+    def __init__(self) -> None:
+        self.spans: dict[str, list[tuple[float, float]]] = {"quiet": [], "probed": []}
+
+    def quiet(self, seconds: float) -> None:
+        began = time.time()
+        time.sleep(seconds)
+        self.spans["quiet"].append((began, time.time()))
+
+    @contextlib.contextmanager
+    def probing(self) -> Iterator[None]:
+        began = time.time()
+        try:
+            yield
+        finally:
+            self.spans["probed"].append((began, time.time()))
+
+    def rounds(self, path: Path, which: str) -> list[float]:
+        """The round times of ``path`` that fall in the ``which`` spans."""
+        return [took for since, until in self.spans[which]
+                for took in rounds(path, since, until)]
 
 
 def median(values: list[float]) -> float:

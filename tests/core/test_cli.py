@@ -107,20 +107,26 @@ def test_version_names_core_and_plugins():
     assert len(lines) == 1 + len(plugins)
 
 
-def test_run_returns_when_the_job_ends(tmp_path):
+def test_run_returns_when_the_job_ends(tmp_path, tmp_path_factory):
     """The job's end is known at once on the local backend and its log is complete
     then: no fixed wait after it (it used to be 2 s). It leaves no log behind."""
     import os
     import time
 
+    # Timed from the job's last act (it writes time.monotonic(), the same clock for
+    # every process of the machine) to `fiber run`'s return, so that neither
+    # interpreter's start counts: on a loaded machine they alone took over 1 s (issue
+    # #44). The bound is the behaviour: well under the fixed 2 s wait this replaced.
+    end = tmp_path_factory.mktemp("job-end") / "end"
+    job = ("import time; print('done', flush=True); "
+           f"open({str(end)!r}, 'w').write(repr(time.monotonic()))")
     times = []
     for _ in range(3):
-        start = time.monotonic()
-        out = fiber_cli("run", "--", sys.executable, "-c", "print('done')",
+        out = fiber_cli("run", "--", sys.executable, "-c", job,
                         env={**os.environ, "TMPDIR": str(tmp_path)})
-        times.append(time.monotonic() - start)
+        times.append(time.monotonic() - float(end.read_text()))
         assert out.returncode == 0 and out.stdout == "done\n", out.stderr
-    # best of three: a loaded machine may slow one; the interpreter starts twice
+    # best of three: a loaded machine may slow one (the job's exit is still in it)
     assert min(times) < 1.0, times
     uid = os.getuid()
     # the private directories of the job records and run records stay, empty

@@ -195,7 +195,7 @@ def test_job_logs_carry_no_runpy_warning(run_script, method):
 
 def test_a_template_whose_backend_is_gone_ends_quietly(tmp_path):
     """The template (a real ``python -m fiber.backend.local.forkserver``) spawns a job
-    that exits; the backend's end of their socket no longer reads (``SHUT_RD``: its
+    that then exits; the backend's end of their socket no longer reads (``SHUT_RD``: its
     process died between the job's start and its end, and the template has not seen
     the end of the stream yet), so telling it of the job's end fails with EPIPE. The
     template ends quietly, as when it reads the end of the stream; before, it died
@@ -205,23 +205,36 @@ def test_a_template_whose_backend_is_gone_ends_quietly(tmp_path):
     import subprocess
     import sys
 
+    # The job exits only once the test has shut its reading down (a file it waits for,
+    # at most 60 s): a job that exited at once (the standard library's `this`) could
+    # end, and the template tell it, before the shutdown on a loaded machine, and the
+    # template then waited for more (issue #44).
+    gate = tmp_path / "shut"
+    (tmp_path / "gated_job.py").write_text(
+        "import os, time\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not os.path.exists(os.environ['GATE']) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.02)\n")
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with ours, theirs:
         template = subprocess.Popen(
             [sys.executable, "-m", forkserver.__name__, str(theirs.fileno())],
-            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),))
+            stdin=subprocess.DEVNULL, stderr=subprocess.PIPE, pass_fds=(theirs.fileno(),),
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)})
         theirs.close()
         try:
-            # a job that exits at once: the standard library's `this` module
-            forkserver.send_message(ours, ("spawn", 1, "this", dict(os.environ), "",
+            forkserver.send_message(ours, ("spawn", 1, "gated_job",
+                                           {**os.environ, "GATE": str(gate)}, "",
                                            str(tmp_path / "job.log")))
             buffer = bytearray()
             got: list = []
             ours.settimeout(30)
             while not got:
                 got = forkserver.recv_message(ours, buffer)
-            assert got[0][0] == "spawned", got
+            assert got == [("spawned", 1, got[0][2])], got
             ours.shutdown(socket.SHUT_RD)
+            gate.touch()
             _, err = template.communicate(timeout=30)
         finally:
             if template.poll() is None:

@@ -24,25 +24,39 @@ def pid_after(seconds):
     return os.getpid()
 
 
+def pid_when(path):
+    """A task that runs until ``path`` exists (at most 100 s), then returns its pid."""
+    deadline = time.monotonic() + 100
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.1)
+    return os.getpid()
+
+
 wait_for = functools.partial(adapt_burst.wait_for, every=0.05)
 by_placement = adapt_burst.held
 
 
-def test_a_burst_fills_the_first_placement_then_the_next_and_both_go_back_to_zero():
+def test_a_burst_fills_the_first_placement_then_the_next_and_both_go_back_to_zero(tmp_path):
     """local up to 2, then a second local context up to 3: a long map uses both (the
     stats show each placement's workers), the pool never holds more than 2 + 3, and
     after the idle timeout both are at zero; the next map runs correctly."""
     first = fiber.get_context("local")
     second = fiber.get_context("local", heartbeat_interval=4.0)
+    # The map's tasks run until three workers are busy: a map of a fixed length (60
+    # tasks of 0.1 s) could end before a loaded machine started the third (issue #44).
+    release = tmp_path / "release"
     with fiber.Pool(1) as pool:
         pool.adapt(0, placements=[(first, 2), (second, 3)], idle_timeout=1.0)
         assert pool.stats().adapt.maximum == 5
         seen = []
-        result = pool.map_async(pid_after, [0.1] * 60, chunksize=1)
+        result = pool.map_async(pid_when, [str(release)] * 60, chunksize=1)
         while not result.ready():
             counts = by_placement(pool)
             seen.append(counts)
             assert counts[0] <= 2 and counts[1] <= 3, counts
+            if sum(p.busy for p in pool.stats().adapt.placements) >= 3:
+                release.touch()
             time.sleep(0.05)
         assert len(set(result.get())) >= 3  # more workers than the first placement's
         assert any(c[0] == 2 and c[1] >= 1 for c in seen), seen

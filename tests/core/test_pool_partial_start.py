@@ -1,12 +1,15 @@
 """A pool whose workers fail to start part way: the first worker's job is created, the
-next ones' creation is refused 2 s later, while the first worker runs the map's tasks.
-The map must raise the backend's error within seconds (the tasks the first worker held
-fail too) and the pool end the worker it did start, leaving no process behind.
+next ones' creation is refused while the first worker runs the map's tasks. The map
+must raise the backend's error within seconds (the tasks the first worker held fail
+too) and the pool end the worker it did start, leaving no process behind.
 
 The refusal is injected by the ``faulty`` test backend of ``tests/fault_plugin``
-(``FAULTY_CREATE_PERMANENT_AFTER=1``, ``FAULTY_START_DELAY=2``: the real local backend
-creates the first job, then ``create_job`` raises ``JobCreationError`` when the next
-job would have arrived); the worker that starts is a real job.
+(``FAULTY_CREATE_PERMANENT_AFTER=1``: the real local backend creates the first job,
+then ``create_job`` raises ``JobCreationError``; ``FAULTY_REFUSE_WHEN``: only once the
+first worker runs a task of the map, which creates that file). The refusal used to
+come 2 s after the first job's creation (``FAULTY_START_DELAY=2``): on a loaded
+machine the first worker was not up by then, the pool broke and ended it before it
+ran anything ("started 0", issue #44). The worker that starts is a real job.
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ sys.path.insert(0, {tests!r})
 from procs import processes_with
 
 def slow(x):
+    # (the first task run opens the gate of the refusal: FAULTY_REFUSE_WHEN)
+    open(os.environ["FAULTY_REFUSE_WHEN"], "a").close()
     time.sleep(0.2)
     return x
 
@@ -65,12 +70,12 @@ if __name__ == "__main__":
 """
 
 
-def test_pool_raises_and_ends_the_workers_it_started(run_script):
+def test_pool_raises_and_ends_the_workers_it_started(run_script, tmp_path):
     token = secrets.token_hex(8)
     env = {"PYTHONPATH": os.pathsep.join(p for p in (str(FAULT_PLUGIN),
                                                      os.environ.get("PYTHONPATH")) if p),
            "FIBER_BACKEND": "faulty", "FAULTY_CREATE_PERMANENT_AFTER": "1",
-           "FAULTY_START_DELAY": "2",
+           "FAULTY_REFUSE_WHEN": str(tmp_path / "a-task-ran"),
            "PARTIAL_START_TOKEN": token}
     result = run_script(SCRIPT.format(tests=str(Path(__file__).parent.parent), token=token),
                         env=env, timeout=90)

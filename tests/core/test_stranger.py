@@ -67,8 +67,8 @@ def test_a_stranger_cannot_hurt_a_running_program(program):
     key = bytes.fromhex(info["key"])
     marker = out / "pwned"
     rounds_file = out / "rounds.txt"
-    time.sleep(3)  # rounds nobody disturbs
-    quiet_until = time.time()
+    windows = probe.Windows()  # quiet spans (undisturbed rounds) between the probes
+    windows.quiet(3)
     sockets = probe.listening_sockets(probe.family_tree(proc.pid))
     kinds = {kind for kind, _, _ in sockets}
     # the hub (nng), its stream listener (TCP and abstract Unix), the manager's server
@@ -77,33 +77,36 @@ def test_a_stranger_cannot_hurt_a_running_program(program):
     report: dict[str, dict[str, float]] = {}
 
     for kind, address, owner in sockets:
+        windows.quiet(2)
         name = f"{kind} {address!r} (pid {owner})"
         base_rss, base_threads = probe.rss(owner), probe.threads_of(owner)
         figures = report.setdefault(name, {})
-        # huge length prefixes in every framing, garbage, rogue pickles: all closed
-        assert probe.rude(kind, address, str(marker)) == [], name
-        # 128 MiB of unauthenticated data, with the owner's memory watched meanwhile
-        peak = base_rss
-        flooding = threading.Thread(target=probe.flood, args=(kind, address, 128 * MIB))
-        flooding.start()
-        while flooding.is_alive():
-            peak = max(peak, probe.rss(owner))
-            flooding.join(0.02)
-        figures["flood_rss_growth_mib"] = (peak - base_rss) / MIB
-        # 500 held connections: no thread each, and a legitimate client still gets in
-        with ThreadPoolExecutor(1) as one:
-            holding = one.submit(probe.hold, kind, address, 2.0, key, info["listener"])
-            time.sleep(1.5)
-            figures["threads_with_500_held"] = probe.threads_of(owner) - base_threads
-            figures["held_rss_growth_mib"] = (probe.rss(owner) - base_rss) / MIB
-            held = holding.result(60)
+        with windows.probing():
+            # huge length prefixes in every framing, garbage, rogue pickles: all closed
+            assert probe.rude(kind, address, str(marker)) == [], name
+            # 128 MiB of unauthenticated data, with the owner's memory watched meanwhile
+            peak = base_rss
+            flooding = threading.Thread(target=probe.flood, args=(kind, address, 128 * MIB))
+            flooding.start()
+            while flooding.is_alive():
+                peak = max(peak, probe.rss(owner))
+                flooding.join(0.02)
+            figures["flood_rss_growth_mib"] = (peak - base_rss) / MIB
+            # 500 held connections: no thread each, and a legitimate client still gets in
+            with ThreadPoolExecutor(1) as one:
+                holding = one.submit(probe.hold, kind, address, 2.0, key, info["listener"])
+                time.sleep(1.5)
+                figures["threads_with_500_held"] = probe.threads_of(owner) - base_threads
+                figures["held_rss_growth_mib"] = (probe.rss(owner) - base_rss) / MIB
+                held = holding.result(60)
         assert held["held"] == probe.HOLD and held["legitimate"], (name, held)
         assert figures["flood_rss_growth_mib"] < 16, (name, figures)
         assert figures["held_rss_growth_mib"] < 16, (name, figures)
         assert figures["threads_with_500_held"] < 5, (name, figures)
 
     # a trickle of one byte a second on every socket at once: closed at the deadline
-    with ThreadPoolExecutor(len(sockets)) as pool:
+    windows.quiet(2)
+    with windows.probing(), ThreadPoolExecutor(len(sockets)) as pool:
         trickles = list(pool.map(lambda s: probe.trickle(s[0], s[1]), sockets))
     assert max(trickles) < probe.DEADLINE + 4, trickles
 
@@ -123,14 +126,14 @@ def test_a_stranger_cannot_hurt_a_running_program(program):
             assert proc.poll() is None
         finally:
             cgroup.lift()
-    probed_until = time.time()
+    windows.quiet(3)
 
     # every socket still lets the run in, nothing ran, the program's work went on
     for kind, address, _ in sockets:
         assert probe.legitimate(kind, address, key, info["listener"])
     assert not marker.exists()
-    quiet = probe.rounds(rounds_file, 0, quiet_until)
-    probed = probe.rounds(rounds_file, quiet_until, probed_until)
+    quiet = windows.rounds(rounds_file, "quiet")
+    probed = windows.rounds(rounds_file, "probed")
     assert len(quiet) >= 5 and len(probed) >= 5
     ratio = probe.median(probed) / probe.median(quiet)
     (out / "stop").touch()

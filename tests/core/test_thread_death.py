@@ -519,6 +519,28 @@ if __name__ == '__main__':
 """
 
 
+def _time_the_exit(script, env, cwd):
+    """Run AT_EXIT_PROGRAM; (its stdout, stderr, exit status, seconds from its line, when
+    its main part is over, to its end): the exit alone is timed, not the program's and
+    its job's start, which a loaded machine makes long (issue #44)."""
+    import subprocess
+    import sys
+    import time
+
+    with subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, env=env, cwd=cwd,
+                          stdin=subprocess.DEVNULL) as proc:
+        try:
+            line = proc.stdout.readline()
+            exiting = time.monotonic()
+            out, err = proc.communicate(timeout=120)
+            took = time.monotonic() - exiting
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    return line + out, err, proc.returncode, took
+
+
 @pytest.mark.parametrize("kind", sorted(AT_EXIT))
 def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, kind):
     """faulty (tests/fault_plugin): the cluster manager does not answer, and the
@@ -528,9 +550,6 @@ def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, k
     its traceback, the exit takes seconds, and its last warning still names the job
     and says how to end it (no call of the program depends on these threads)."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     from test_faults import faulty_env
 
@@ -539,18 +558,16 @@ def test_a_dead_thread_at_exit_is_logged_and_the_jobs_left_are_named(tmp_path, k
     tmpdir = left_logs.own_tmpdir(tmp_path)  # what the job's kill leaves is removed here
     env = {**os.environ, **faulty_env(FAULTY_TERMINATE_DOWN="0", FAULTY_POLL_OUTAGE="600"),
            threads.FAULT_ENV: kind, "TMPDIR": tmpdir}
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
-    took = time.monotonic() - started
-    job_id, pid = done.stdout.split()
+    stdout, stderr, returncode, took = _time_the_exit(script, env, tmp_path)
+    job_id, pid = stdout.split()
     try:
-        assert done.returncode == 0, done.stderr
-        assert took < 10, (took, done.stderr)
-        assert f"fiber thread {kind}" in done.stderr and f"injected into {kind}" in \
-            done.stderr, done.stderr
-        assert "may still be running" in done.stderr and job_id in done.stderr, done.stderr
-        assert "fiber clean" in done.stderr, done.stderr
+        assert returncode == 0, stderr
+        # the exit takes seconds (the bound is the behaviour: it must not wait for ever
+        # for threads that died)
+        assert took < 10, (took, stderr)
+        assert f"fiber thread {kind}" in stderr and f"injected into {kind}" in stderr, stderr
+        assert "may still be running" in stderr and job_id in stderr, stderr
+        assert "fiber clean" in stderr, stderr
     finally:
         try:
             os.kill(int(pid), signal.SIGKILL)
@@ -656,9 +673,6 @@ def test_exit_stops_waiting_once_ending_finds_the_cluster_unreachable(tmp_path):
     twice, when only a failed poll told it: 20 s under load, where the monitor's
     thread ran late) and names the job left."""
     import signal
-    import subprocess
-    import sys
-    import time
 
     from test_faults import faulty_env
 
@@ -667,15 +681,13 @@ def test_exit_stops_waiting_once_ending_finds_the_cluster_unreachable(tmp_path):
     tmpdir = left_logs.own_tmpdir(tmp_path)
     env = {**os.environ, **faulty_env(FAULTY_TERMINATE_DOWN="0", FAULTY_POLL_OUTAGE="600",
                                       FAULTY_POLL_INTERVAL="60"), "TMPDIR": tmpdir}
-    started = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
-                          env=env, timeout=120, cwd=tmp_path, stdin=subprocess.DEVNULL)
-    took = time.monotonic() - started
-    job_id, pid = done.stdout.split()
+    stdout, stderr, returncode, took = _time_the_exit(script, env, tmp_path)
+    job_id, pid = stdout.split()
     try:
-        assert done.returncode == 0, done.stderr
-        assert took < 8, (took, done.stderr)
-        assert "may still be running" in done.stderr and job_id in done.stderr, done.stderr
+        assert returncode == 0, stderr
+        # the bound is the behaviour: waiting out the 10 s bounds (twice) would exceed it
+        assert took < 8, (took, stderr)
+        assert "may still be running" in stderr and job_id in stderr, stderr
     finally:
         try:
             os.kill(int(pid), signal.SIGKILL)

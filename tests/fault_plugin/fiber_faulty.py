@@ -11,6 +11,9 @@ the jobs:
   create their jobs, every later one raises :class:`~fiber.backend.JobCreationError`
   (a quota reached part way through a pool's start; with ``FAULTY_START_DELAY`` the
   refusal comes when the job would have arrived);
+* ``FAULTY_REFUSE_WHEN=PATH``: a call refused by ``FAULTY_CREATE_PERMANENT_AFTER``
+  raises only once the file PATH exists (at most 60 s): the refusal comes when the test
+  (or a job of it) says, not at a time that a loaded machine may reach first;
 * ``FAULTY_CREATE_MISCONFIGURED=1``: every ``create_job`` raises
   :class:`~fiber.backend.ClusterUnreachableError` with ``transient=False`` (as a
   missing key file or kubeconfig would);
@@ -106,6 +109,11 @@ class FaultyBackend(LocalBackend):
                 arrival = _first_create + _delayed * delay
                 _delayed += 1
             time.sleep(max(0.0, arrival - time.monotonic()))
+        gate = os.environ.get("FAULTY_REFUSE_WHEN")
+        if refused and gate:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(gate) and time.monotonic() < deadline:
+                time.sleep(0.02)
         if refused:
             raise JobCreationError("injected: the cluster refused the job (quota reached "
                                    "after the first jobs)")

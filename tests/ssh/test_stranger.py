@@ -79,8 +79,8 @@ def test_a_stranger_on_another_host_cannot_hurt_the_run(ssh_hosts, tmp_path):
         info = json.loads(ready.read_text())
         key_hex = info["key"]
         listener = json.dumps(info["listener"])
-        time.sleep(3)  # undisturbed rounds
-        quiet_until = time.time()
+        windows = probe.Windows()  # quiet spans (undisturbed rounds) between the probes
+        windows.quiet(3)
 
         sshds = set(ssh_hosts["sshd_pids"])
         on_hosts = {pid for pid in hosts_script.pids_in_namespaces(namespaces)
@@ -95,28 +95,30 @@ def test_a_stranger_on_another_host_cannot_hurt_the_run(ssh_hosts, tmp_path):
 
         report = {}
         for kind, address, owner in sockets:
+            windows.quiet(2)
             home = owners_ns[address]
             stranger = _stranger_for(kind, home, namespaces)
             where = json.dumps(address)
             name = f"{kind} {address!r} (pid {owner}, host {home or 'this machine'}), " \
                    f"probed from {stranger or 'this machine'}"
-            base_rss, base_threads = probe.rss(owner), probe.threads_of(owner)
-            kept = _run_probe(stranger, "rude", kind, where, str(tmp_path / "pwned"))
-            assert kept == [], (name, kept)
-            with ThreadPoolExecutor(1) as one:
-                flooding = one.submit(_run_probe, stranger, "flood", kind, where)
-                peak = base_rss
-                while not flooding.done():
-                    peak = max(peak, probe.rss(owner))
-                    time.sleep(0.02)
-                flooding.result()
-            with ThreadPoolExecutor(1) as one:
-                holding = one.submit(_run_probe, stranger, "hold", kind, where, key_hex,
-                                     listener)
-                time.sleep(2.0)
-                threads = probe.threads_of(owner) - base_threads
-                held_rss = probe.rss(owner) - base_rss
-                held = holding.result()
+            with windows.probing():
+                base_rss, base_threads = probe.rss(owner), probe.threads_of(owner)
+                kept = _run_probe(stranger, "rude", kind, where, str(tmp_path / "pwned"))
+                assert kept == [], (name, kept)
+                with ThreadPoolExecutor(1) as one:
+                    flooding = one.submit(_run_probe, stranger, "flood", kind, where)
+                    peak = base_rss
+                    while not flooding.done():
+                        peak = max(peak, probe.rss(owner))
+                        time.sleep(0.02)
+                    flooding.result()
+                with ThreadPoolExecutor(1) as one:
+                    holding = one.submit(_run_probe, stranger, "hold", kind, where, key_hex,
+                                         listener)
+                    time.sleep(2.0)
+                    threads = probe.threads_of(owner) - base_threads
+                    held_rss = probe.rss(owner) - base_rss
+                    held = holding.result()
             report[name] = {"flood_rss_growth_mib": (peak - base_rss) / probe.MIB,
                             "held_rss_growth_mib": held_rss / probe.MIB,
                             "threads_with_500_held": threads, "held": held}
@@ -125,16 +127,17 @@ def test_a_stranger_on_another_host_cannot_hurt_the_run(ssh_hosts, tmp_path):
             assert held_rss / probe.MIB < 16, (name, report[name])
             assert threads < 5, (name, report[name])
 
-        with ThreadPoolExecutor(len(sockets)) as pool:
+        windows.quiet(2)
+        with windows.probing(), ThreadPoolExecutor(len(sockets)) as pool:
             trickles = list(pool.map(
                 lambda s: _run_probe(_stranger_for(s[0], owners_ns[s[1]], namespaces),
                                      "trickle", s[0], json.dumps(s[1])), sockets))
         assert max(trickles) < probe.DEADLINE + 4, trickles
-        probed_until = time.time()
+        windows.quiet(3)
 
         assert not (tmp_path / "pwned").exists()
-        quiet = probe.rounds(tmp_path / "rounds.txt", 0, quiet_until)
-        probed = probe.rounds(tmp_path / "rounds.txt", quiet_until, probed_until)
+        quiet = windows.rounds(tmp_path / "rounds.txt", "quiet")
+        probed = windows.rounds(tmp_path / "rounds.txt", "probed")
         assert len(quiet) >= 5 and len(probed) >= 5
         ratio = probe.median(probed) / probe.median(quiet)
         (tmp_path / "stop").touch()
