@@ -136,6 +136,8 @@ def wait_for_workers(pool: mp.Pool, workers: int, timeout: float = 600) -> None:
     deadline = time.monotonic() + timeout
     while True:
         stats = pool.stats()
+        if stats.broken is not None:  # its workers cannot start: say why, at once
+            raise stats.broken
         if stats.idle + stats.busy >= workers:
             return
         if time.monotonic() > deadline:

@@ -143,3 +143,19 @@ def test_multiprocessing_private_names():
         wait_for(pool, lambda s: s.idle == 2)
         assert sorted(p.name for p in pool._pool) == ["PoolWorker-1", "PoolWorker-2"]
         assert pool.processes == 2 and pool.max_task_attempts >= 1
+
+
+def test_stats_say_why_a_broken_pool_cannot_start_workers():
+    """A pool whose workers cannot start (their Python exits at once) breaks; its
+    stats carry the error every call raises, so a program that waits for workers by
+    polling stats (examples/es.py) fails at once rather than wait out its own limit."""
+    ctx = fiber.get_context("local", python="/bin/false")
+    with fiber.Pool(2, context=ctx) as pool:
+        deadline = time.monotonic() + 60
+        while pool.stats().broken is None:
+            assert time.monotonic() < deadline, pool.stats()
+            time.sleep(0.05)
+        broken = pool.stats().broken
+        assert isinstance(broken, fiber.ProcessStartError), broken
+        with pytest.raises(fiber.ProcessStartError):
+            pool.map(abs, [1])

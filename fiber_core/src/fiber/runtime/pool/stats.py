@@ -79,6 +79,8 @@ class PoolStats:
     # how long each function's tasks took lately, a histogram per function
     functions: tuple[FunctionTimes, ...] = ()
     recently_lost: tuple[LostWorker, ...] = ()  # the last lost workers, oldest first
+    # why workers cannot be started, once the pool broke (every call raises it); None
+    broken: BaseException | None = None
 
 
 def snapshot(s: Scheduler, adapt: AdaptStats | None,
@@ -108,4 +110,4 @@ def snapshot(s: Scheduler, adapt: AdaptStats | None,
         recalled=s.recalled, task_seconds=s.task_seconds, adapt=adapt,
         functions=tuple(observe.histogram(s.func_name(fid), s.fid_seconds.get(fid), counts)
                         for fid, counts in sorted(s.fid_hist.items())),
-        recently_lost=tuple(s.lost_log))
+        recently_lost=tuple(s.lost_log), broken=s.failure())
