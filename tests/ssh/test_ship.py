@@ -177,10 +177,13 @@ def test_the_es_example_runs_on_bare_hosts(bare_hosts, tmp_path):
     history = tmp_path / "es.json"
     env = {**os.environ, **_settings(bare_hosts), "FIBER_SHIP": "pkg:gymnasium",
            "FIBER_LOG_LEVEL": "INFO", "TMPDIR": str(tmp_path)}
-    result = subprocess.run(
-        [sys.executable, "es.py", "--workers", "4", "--iterations", "2", "--population", "8",
-         "--max-steps", "50", "--json", str(history)],
-        cwd=examples, env=env, capture_output=True, text=True, timeout=600)
+    try:  # (within pytest's 300 s, so that a run that takes longer shows its output)
+        result = subprocess.run(
+            [sys.executable, "es.py", "--workers", "4", "--iterations", "2", "--population",
+             "8", "--max-steps", "50", "--json", str(history)],
+            cwd=examples, env=env, capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"es.py ran over 240 s:\n{exc.stdout!s:.3000}\n{exc.stderr!s:.5000}")
     left = wait_no_leftovers(bare_hosts)
     assert not left, f"processes left on the hosts: {describe(left)}"
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
